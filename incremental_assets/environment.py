@@ -1,0 +1,45 @@
+"""Where things live: warehouse, source table, Dagster home and the Delta jar cache.
+
+Every location comes from an environment variable with a project-local default, so a fresh
+clone works without configuration and a deployment points the same code elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+SAMPLE_TABLE = "atomic_events"
+
+
+def warehouse_root() -> str:
+    """Warehouse root: a local path (made absolute) or an object-store URI passed through."""
+    root = os.environ.get("INCREMENTAL_ASSETS_WAREHOUSE", "./warehouse")
+    return root if is_uri(root) else str(Path(root).resolve())
+
+
+def table_uri(name: str, root: str | None = None) -> str:
+    """The location of the Delta table `name` under the warehouse root."""
+    base = root or warehouse_root()
+    if not is_uri(base):
+        base = str(Path(base).resolve())
+    return f"{base.rstrip('/')}/{name}"
+
+
+def source_table_uri() -> str:
+    """The source events table: the sample table unless INCREMENTAL_ASSETS_SOURCE says otherwise."""
+    source = os.environ.get("INCREMENTAL_ASSETS_SOURCE")
+    if not source:
+        return table_uri(SAMPLE_TABLE)
+    return source if is_uri(source) else str(Path(source).resolve())
+
+
+def jar_cache_dir() -> Path:
+    """Where the Delta jars are resolved once at set-up and read from on every Spark start."""
+    return Path(os.environ.get("INCREMENTAL_ASSETS_JAR_CACHE", PROJECT_ROOT / ".cache" / "spark-jars"))
+
+
+def is_uri(location: str) -> bool:
+    return "://" in location

@@ -1,0 +1,33 @@
+"""One Spark session for the whole test run, with the production Delta configuration."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from incremental_assets.resources.spark import SparkResource, build_spark_session
+
+TEST_SHUFFLE_PARTITIONS = 2
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    session = build_spark_session(master="local[2]", shuffle_partitions=TEST_SHUFFLE_PARTITIONS)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_resource(spark) -> SparkResource:
+    """A resource that hands Dagster runs the test session (getOrCreate returns it)."""
+    return SparkResource(master="local[2]", shuffle_partitions=TEST_SHUFFLE_PARTITIONS)
+
+
+@pytest.fixture
+def warehouse(tmp_path, monkeypatch) -> str:
+    """A fresh warehouse root per test; also the default for code that reads the environment."""
+    root = tmp_path / "warehouse"
+    root.mkdir()
+    monkeypatch.setenv("INCREMENTAL_ASSETS_WAREHOUSE", str(root))
+    monkeypatch.delenv("INCREMENTAL_ASSETS_SOURCE", raising=False)
+    return str(root)

@@ -1,0 +1,191 @@
+"""Delta Lake writes and reads shared by the IO manager, the manifests and the assets.
+
+Every write is a single Delta transaction, and every mode is idempotent when repeated with the
+same input (append excepted, by definition), which is what makes a crashed run safe to re-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timezone
+from enum import Enum
+from typing import Iterable, Sequence
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+
+class WriteMode(str, Enum):
+    REPLACE = "replace"
+    APPEND = "append"
+    MERGE_INSERT = "merge_insert"
+    UPSERT = "upsert"
+    REPLACE_PARTITION = "replace_partition"
+
+
+class DeltaWriteError(ValueError):
+    """A write that would lose or corrupt data, refused before anything is written."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open time range [start, end) over one date or timestamp column."""
+
+    column: str
+    start: datetime
+    end: datetime
+
+    def condition(self, kind: T.DataType) -> Column:
+        start, end = self.bounds(kind)
+        return (F.col(self.column) >= F.lit(start)) & (F.col(self.column) < F.lit(end))
+
+    def predicate(self, kind: T.DataType) -> str:
+        """The same range as SQL text for `replaceWhere`; the values are ours, never user input."""
+        start, end = (value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat() for value in self.bounds(kind))
+        return f"`{self.column}` >= '{start}' AND `{self.column}` < '{end}'"
+
+    def contains(self, value: date | datetime) -> bool:
+        moment = value if isinstance(value, datetime) else datetime.combine(value, time.min)
+        return _naive_utc(self.start) <= moment < _naive_utc(self.end)
+
+    def bounds(self, kind: T.DataType) -> tuple[date | datetime, date | datetime]:
+        start, end = _naive_utc(self.start), _naive_utc(self.end)
+        if isinstance(kind, T.DateType):
+            return start.date(), end.date()
+        return start, end
+
+
+@dataclass
+class WriteResult:
+    version: int
+    operation: str
+    metrics: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rows_inserted(self) -> int:
+        return self.metrics.get("numTargetRowsInserted", self.metrics.get("numOutputRows", 0))
+
+    @property
+    def rows_updated(self) -> int:
+        return self.metrics.get("numTargetRowsUpdated", 0)
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.metrics.get("numTargetRowsDeleted", self.metrics.get("numDeletedRows", 0))
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    return DeltaTable.isDeltaTable(spark, uri)
+
+
+def read_table(spark: SparkSession, uri: str) -> DataFrame:
+    if not table_exists(spark, uri):
+        raise FileNotFoundError(f"No Delta table at {uri}: materialize the asset that writes it first")
+    return spark.read.format("delta").load(uri)
+
+
+def write(
+    spark: SparkSession,
+    df: DataFrame,
+    uri: str,
+    mode: WriteMode,
+    keys: Sequence[str] = (),
+    partition_by: Sequence[str] = (),
+    window: Window | None = None,
+) -> WriteResult:
+    """Write `df` to the Delta table at `uri` in one transaction, as `mode` says."""
+    _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
+    if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
+        if not keys:
+            raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
+        if mode is WriteMode.UPSERT:
+            _refuse_duplicate_keys(df, keys, uri)
+        else:
+            df = df.dropDuplicates(list(keys))
+        if table_exists(spark, uri):
+            return _merge(spark, df, uri, keys, update=mode is WriteMode.UPSERT)
+        return _save(df, uri, "overwrite", partition_by)
+    if mode is WriteMode.REPLACE_PARTITION:
+        if window is None:
+            raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
+        kind = partition_kind(df, window.column, uri)
+        return _save(df, uri, "overwrite", partition_by, replace_where=window.predicate(kind))
+    if mode is WriteMode.APPEND:
+        return _save(df, uri, "append", partition_by)
+    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True)
+
+
+def last_commit(spark: SparkSession, uri: str) -> WriteResult:
+    entry = DeltaTable.forPath(spark, uri).history(1).select("version", "operation", "operationMetrics").first()
+    metrics = {key: int(value) for key, value in (entry["operationMetrics"] or {}).items() if value.isdigit()}
+    return WriteResult(version=entry["version"], operation=entry["operation"], metrics=metrics)
+
+
+def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:
+    """Row counts per value of `column` inside `window`, read with partition pruning."""
+    df = read_table(spark, uri)
+    rows = df.where(window.condition(df.schema[window.column].dataType)).groupBy(column).count().collect()
+    return {row[column]: row["count"] for row in rows}
+
+
+def _save(
+    df: DataFrame,
+    uri: str,
+    mode: str,
+    partition_by: Sequence[str],
+    replace_where: str | None = None,
+    overwrite_schema: bool = False,
+) -> WriteResult:
+    writer = df.write.format("delta").mode(mode)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    if replace_where:
+        writer = writer.option("replaceWhere", replace_where)
+    if overwrite_schema:
+        writer = writer.option("overwriteSchema", "true")
+    if mode == "append":
+        writer = writer.option("mergeSchema", "true")
+    writer.save(uri)
+    return last_commit(df.sparkSession, uri)
+
+
+def _merge(spark: SparkSession, df: DataFrame, uri: str, keys: Sequence[str], update: bool) -> WriteResult:
+    condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
+    table = DeltaTable.forPath(spark, uri)
+    before = last_commit(spark, uri).version
+    merge = table.alias("t").merge(df.alias("s"), condition)
+    if update:
+        merge = merge.whenMatchedUpdateAll()
+    merge.whenNotMatchedInsertAll().execute()
+    after = last_commit(spark, uri)
+    # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
+    return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
+
+
+def _require_columns(df: DataFrame, columns: Iterable[str], uri: str) -> None:
+    missing = sorted(set(columns) - set(df.columns))
+    if missing:
+        raise DeltaWriteError(f"Cannot write {uri}: the data lacks column(s) {missing}; it has {df.columns}")
+
+
+def partition_kind(df: DataFrame, column: str, uri: str) -> T.DataType:
+    kind = df.schema[column].dataType
+    if not isinstance(kind, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        raise DeltaWriteError(
+            f"Cannot write {uri}: partition column '{column}' must be a date or timestamp, not {kind.simpleString()}"
+        )
+    return kind
+
+
+def _refuse_duplicate_keys(df: DataFrame, keys: Sequence[str], uri: str) -> None:
+    duplicate = df.groupBy(*keys).count().where(F.col("count") > 1).first()
+    if duplicate is not None:
+        sample = {key: duplicate[key] for key in keys}
+        raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {sample}")
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    """Spark's session time zone is UTC, so naive UTC values compare correctly with its columns."""
+    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)

@@ -1,0 +1,213 @@
+"""The Delta IO manager on real Delta tables: every write mode, twice, and the refusals."""
+
+
+from datetime import date
+
+import pytest
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    asset,
+    materialize,
+)
+from pyspark.sql import functions as F
+
+from incremental_assets import delta_tables
+from incremental_assets.delta_tables import DeltaWriteError
+from incremental_assets.io_managers.delta import DeltaIOManager, delta_table
+
+DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
+
+
+def _rows(spark, uri, *columns):
+    return sorted(tuple(r) for r in delta_tables.read_table(spark, uri).select(*columns).collect())
+
+
+def _run(spark_resource, warehouse, assets, instance=None, **kwargs):
+    result = materialize(
+        assets,
+        resources={"spark": spark_resource, "io_manager": DeltaIOManager(warehouse_root=warehouse)},
+        instance=instance,
+        **kwargs,
+    )
+    assert result.success
+    return result
+
+
+def _metadata(result, name):
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.path[-1] == name]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def _keyed_asset(spark, mode, rows):
+    @asset(name="keyed", metadata=delta_table(mode, keys=["id"]))
+    def keyed():
+        return spark.createDataFrame(rows, "id int, value string")
+
+    return keyed
+
+
+def test_replace_twice_is_idempotent(spark, spark_resource, warehouse):
+    @asset(metadata=delta_table("replace"))
+    def whole():
+        return spark.createDataFrame([(1, "a"), (2, "b")], "id int, value string")
+
+    first = _metadata(_run(spark_resource, warehouse, [whole]), "whole")
+    second = _metadata(_run(spark_resource, warehouse, [whole]), "whole")
+    uri = f"{warehouse}/whole"
+    assert _rows(spark, uri, "id", "value") == [(1, "a"), (2, "b")]
+    assert (first["dagster/row_count"], second["dagster/row_count"]) == (2, 2)
+    assert second["delta_version"] == first["delta_version"] + 1
+    assert [c.name for c in second["dagster/column_schema"].columns] == ["id", "value"]
+    assert second["dagster/uri"] == uri
+
+
+def test_append_adds_each_time(spark, spark_resource, warehouse):
+    @asset(metadata=delta_table("append"))
+    def log():
+        return spark.createDataFrame([(1,)], "id int")
+
+    _run(spark_resource, warehouse, [log])
+    meta = _metadata(_run(spark_resource, warehouse, [log]), "log")
+    assert _rows(spark, f"{warehouse}/log", "id") == [(1,), (1,)]
+    assert meta["rows_inserted"] == 1 and meta["dagster/row_count"] == 2
+
+
+def test_merge_insert_never_overwrites_or_duplicates(spark, spark_resource, warehouse):
+    _run(spark_resource, warehouse, [_keyed_asset(spark, "merge_insert", [(1, "old"), (2, "old")])])
+    later = _keyed_asset(spark, "merge_insert", [(2, "new"), (3, "new"), (3, "new")])
+    meta = _metadata(_run(spark_resource, warehouse, [later]), "keyed")
+    again = _metadata(_run(spark_resource, warehouse, [later]), "keyed")
+    assert _rows(spark, f"{warehouse}/keyed", "id", "value") == [(1, "old"), (2, "old"), (3, "new")]
+    assert (meta["rows_inserted"], meta["rows_updated"]) == (1, 0)
+    assert (again["rows_inserted"], again["dagster/row_count"]) == (0, 3)
+
+
+def test_upsert_updates_and_inserts(spark, spark_resource, warehouse):
+    _run(spark_resource, warehouse, [_keyed_asset(spark, "upsert", [(1, "old"), (2, "old")])])
+    later = _keyed_asset(spark, "upsert", [(2, "new"), (3, "new")])
+    meta = _metadata(_run(spark_resource, warehouse, [later]), "keyed")
+    _run(spark_resource, warehouse, [later])
+    assert _rows(spark, f"{warehouse}/keyed", "id", "value") == [(1, "old"), (2, "new"), (3, "new")]
+    assert (meta["rows_inserted"], meta["rows_updated"]) == (1, 1)
+
+
+def test_upsert_refuses_duplicate_keys_and_writes_nothing(spark, spark_resource, warehouse):
+    _run(spark_resource, warehouse, [_keyed_asset(spark, "upsert", [(1, "old")])])
+    clash = _keyed_asset(spark, "upsert", [(1, "x"), (1, "y")])
+    with pytest.raises(DeltaWriteError, match="several rows share the key"):
+        materialize([clash], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)})
+    assert _rows(spark, f"{warehouse}/keyed", "id", "value") == [(1, "old")]
+
+
+def _daily_asset(spark, rows_per_day=None):
+    """Two rows per day of the run's window (or rows_per_day[day]), dated by event_date."""
+
+    @asset(
+        name="daily",
+        partitions_def=DAILY,
+        metadata=delta_table("replace_partition", partition_by=["event_date"], partition_column="event_date"),
+    )
+    def daily(context: AssetExecutionContext):
+        window = context.partition_time_window
+        days = spark.range((window.end - window.start).days).select(
+            F.date_add(F.lit(window.start.date()), F.col("id").cast("int")).alias("event_date")
+        )
+        per_day = F.lit(2)
+        if rows_per_day:
+            per_day = F.coalesce(
+                *[F.when(F.col("event_date") == F.lit(d), F.lit(n)) for d, n in rows_per_day.items()], F.lit(2)
+            )
+        return days.withColumn("n", F.explode(F.sequence(F.lit(1), per_day))).withColumn(
+            "run", F.lit(context.run.run_id)
+        )
+
+    return daily
+
+
+def test_range_write_then_one_day_rewrite(spark, spark_resource, warehouse):
+    instance = DagsterInstance.ephemeral()
+    uri = f"{warehouse}/daily"
+    tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-05"}
+    result = _run(spark_resource, warehouse, [_daily_asset(spark, {date(2024, 1, 3): 5})], instance, tags=tags)
+    assert delta_tables.last_commit(spark, uri).version == 0  # five days, one write
+    events = result.get_asset_materialization_events()
+    counts = {e.materialization.partition: e.materialization.metadata["dagster/row_count"].value for e in events}
+    assert counts == {"2024-01-01": 2, "2024-01-02": 2, "2024-01-03": 5, "2024-01-04": 2, "2024-01-05": 2}
+
+    rewrite = _daily_asset(spark, {date(2024, 1, 2): 3})
+    meta = _metadata(_run(spark_resource, warehouse, [rewrite], instance, partition_key="2024-01-02"), "daily")
+    assert meta["dagster/row_count"] == 3
+    again = _metadata(_run(spark_resource, warehouse, [rewrite], instance, partition_key="2024-01-02"), "daily")
+    assert again["dagster/row_count"] == 3
+    table = delta_tables.read_table(spark, uri).groupBy("event_date").count().collect()
+    assert {str(r.event_date): r["count"] for r in table} == {
+        "2024-01-01": 2, "2024-01-02": 3, "2024-01-03": 5, "2024-01-04": 2, "2024-01-05": 2
+    }
+
+
+def test_partitioned_input_is_filtered_to_its_window(spark, spark_resource, warehouse):
+    tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-03"}
+    _run(spark_resource, warehouse, [_daily_asset(spark)], tags=tags)
+    seen = {}
+
+    @asset(partitions_def=DAILY, ins={"daily": AssetIn()}, metadata=delta_table("replace_partition", partition_column="event_date"))
+    def downstream(daily):
+        seen["days"] = sorted(str(r.event_date) for r in daily.select("event_date").distinct().collect())
+        return daily
+
+    materialize(
+        [downstream, _daily_asset(spark).to_source_asset()],
+        resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)},
+        partition_key="2024-01-02",
+    )
+    assert seen["days"] == ["2024-01-02"]
+
+
+def test_refuses_whole_table_overwrite_from_a_partitioned_asset(spark, spark_resource, warehouse):
+    _run(spark_resource, warehouse, [_daily_asset(spark)], partition_key="2024-01-01")
+
+    @asset(name="daily", partitions_def=DAILY, metadata=delta_table("replace"))
+    def daily():
+        return spark.createDataFrame([(date(2024, 1, 1),)], "event_date date")
+
+    with pytest.raises(DeltaWriteError, match="Refusing to overwrite all of"):
+        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+    assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
+
+
+@pytest.mark.parametrize(
+    "schema, row, message",
+    [
+        ("day date", (date(2024, 1, 1),), r"lacks column\(s\) \['event_date'\]"),
+        ("event_date string", ("2024-01-01",), "must be a date or timestamp, not string"),
+    ],
+)
+def test_bad_partition_column_fails_loudly(spark, spark_resource, warehouse, schema, row, message):
+    @asset(name="daily", partitions_def=DAILY, metadata=delta_table("replace_partition", partition_column="event_date"))
+    def daily():
+        return spark.createDataFrame([row], schema)
+
+    with pytest.raises(DeltaWriteError, match=message):
+        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+    assert not delta_tables.table_exists(spark, f"{warehouse}/daily")
+
+
+def test_rows_outside_the_window_are_refused(spark, spark_resource, warehouse):
+    @asset(name="daily", partitions_def=DAILY, metadata=delta_table("replace_partition", partition_column="event_date"))
+    def daily():
+        return spark.createDataFrame([(date(2024, 1, 9), 1)], "event_date date, n int")
+
+    _run(spark_resource, warehouse, [_daily_asset(spark)], partition_key="2024-01-01")
+    with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|predicate"):
+        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+    assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
+
+
+def test_declaring_a_keyed_mode_without_keys_fails_at_definition():
+    with pytest.raises(DeltaWriteError, match="needs key columns"):
+        delta_table("upsert")
+    with pytest.raises(DeltaWriteError, match="needs partition_column"):
+        delta_table("replace_partition")

@@ -62,6 +62,7 @@ class WriteResult:
     version: int
     operation: str
     metrics: dict[str, int] = field(default_factory=dict)
+    user_metadata: str | None = None
 
     @property
     def rows_inserted(self) -> int:
@@ -94,8 +95,14 @@ def write(
     keys: Sequence[str] = (),
     partition_by: Sequence[str] = (),
     window: Window | None = None,
+    merge_floor: tuple[str, date] | None = None,
+    user_metadata: str | None = None,
 ) -> WriteResult:
-    """Write `df` to the Delta table at `uri` in one transaction, as `mode` says."""
+    """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
+
+    `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value;
+    `user_metadata` stamps the commit (e.g. with the run that wrote a scratch table).
+    """
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
@@ -105,22 +112,22 @@ def write(
         else:
             df = df.dropDuplicates(list(keys))
         if table_exists(spark, uri):
-            return _merge(spark, df, uri, keys, update=mode is WriteMode.UPSERT)
-        return _save(df, uri, "overwrite", partition_by)
+            return _merge(spark, df, uri, keys, update=mode is WriteMode.UPSERT, floor=merge_floor)
+        return _save(df, uri, "overwrite", partition_by, user_metadata=user_metadata)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
         kind = partition_kind(df, window.column, uri)
-        return _save(df, uri, "overwrite", partition_by, replace_where=window.predicate(kind))
+        return _save(df, uri, "overwrite", partition_by, window.predicate(kind), user_metadata=user_metadata)
     if mode is WriteMode.APPEND:
-        return _save(df, uri, "append", partition_by)
-    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True)
+        return _save(df, uri, "append", partition_by, user_metadata=user_metadata)
+    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True, user_metadata=user_metadata)
 
 
 def last_commit(spark: SparkSession, uri: str) -> WriteResult:
-    entry = DeltaTable.forPath(spark, uri).history(1).select("version", "operation", "operationMetrics").first()
+    entry = DeltaTable.forPath(spark, uri).history(1).select("version", "operation", "operationMetrics", "userMetadata").first()
     metrics = {key: int(value) for key, value in (entry["operationMetrics"] or {}).items() if value.isdigit()}
-    return WriteResult(version=entry["version"], operation=entry["operation"], metrics=metrics)
+    return WriteResult(entry["version"], entry["operation"], metrics, entry["userMetadata"])
 
 
 def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:
@@ -137,8 +144,11 @@ def _save(
     partition_by: Sequence[str],
     replace_where: str | None = None,
     overwrite_schema: bool = False,
+    user_metadata: str | None = None,
 ) -> WriteResult:
     writer = df.write.format("delta").mode(mode)
+    if user_metadata:
+        writer = writer.option("userMetadata", user_metadata)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     if replace_where:
@@ -151,8 +161,12 @@ def _save(
     return last_commit(df.sparkSession, uri)
 
 
-def _merge(spark: SparkSession, df: DataFrame, uri: str, keys: Sequence[str], update: bool) -> WriteResult:
-    condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
+def _merge(
+    spark: SparkSession, df: DataFrame, uri: str, keys: Sequence[str], update: bool, floor: tuple[str, date] | None
+) -> WriteResult:
+    condition = F.expr(" AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys))
+    if floor is not None:
+        condition = condition & (F.col(f"t.`{floor[0]}`") >= F.lit(floor[1]))
     table = DeltaTable.forPath(spark, uri)
     before = last_commit(spark, uri).version
     merge = table.alias("t").merge(df.alias("s"), condition)

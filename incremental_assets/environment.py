@@ -43,3 +43,13 @@ def jar_cache_dir() -> Path:
 
 def is_uri(location: str) -> bool:
     return "://" in location
+
+
+def dagster_home() -> Path:
+    """DAGSTER_HOME (default .dagster_home/ in the project), holding the project's dagster.yaml."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    template, config = PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml"
+    if template.exists() and (not config.exists() or config.read_text() != template.read_text()):
+        config.write_text(template.read_text())
+    return home

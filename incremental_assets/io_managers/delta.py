@@ -104,7 +104,7 @@ class DeltaIOManager(ConfigurableIOManager):
         result = delta_tables.write(
             obj.sparkSession, obj, uri, spec.write_mode, spec.keys, spec.partition_by, window
         )
-        context.add_output_metadata(_write_metadata(obj, uri, result))
+        context.add_output_metadata(write_metadata(obj, uri, result))
         if window is not None:
             self._record_partition_counts(context, obj.sparkSession, uri, window)
         elif not context.has_asset_partitions:
@@ -155,7 +155,7 @@ class DeltaIOManager(ConfigurableIOManager):
         context.add_output_metadata({"partitions_written": len(keys)})
 
 
-def _write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
+def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
     return {
         "write_mode_operation": result.operation,
         "rows_inserted": result.rows_inserted,

@@ -97,6 +97,9 @@ def build_spark_session(
     `remote` (or SPARK_REMOTE) selects Spark Connect; the server then owns the Delta jars.
     """
     remote = remote or os.environ.get("SPARK_REMOTE")
+    # PySpark converts timestamps to and from the Python process's local zone: make it UTC too.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     builder = SparkSession.builder.appName(app_name)
     if remote:
         builder = builder.remote(remote)

@@ -1,0 +1,118 @@
+"""`incremental-assets`: set up, generate or load source events, run the pipeline, inspect tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import date
+
+from incremental_assets import environment
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.command(args) or 0
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="incremental-assets", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    setup = commands.add_parser("setup", help="resolve the Delta jars once and prepare DAGSTER_HOME")
+    setup.set_defaults(command=_setup)
+
+    generate = commands.add_parser("generate", help="write (or continue) the sample event stream")
+    generate.add_argument("--users", type=int, default=40)
+    generate.add_argument("--days", type=int, default=5)
+    generate.add_argument("--events-per-day", type=int, default=1500)
+    generate.add_argument("--start-date", type=date.fromisoformat, default=None, help="default: today - days")
+    generate.add_argument("--seed", type=int, default=42)
+    generate.add_argument("--late-share", type=float, default=0.05)
+    generate.add_argument("--duplicate-share", type=float, default=0.02)
+    generate.add_argument("--bot-share", type=float, default=0.05)
+    generate.add_argument(
+        "--append-hours", type=int, default=None, metavar="H",
+        help="continue the existing stream with its next H hourly load batches",
+    )
+    generate.set_defaults(command=_generate)
+
+    load = commands.add_parser("load", help="load a CSV / Parquet / JSON export of atomic events")
+    load.add_argument("file")
+    load.add_argument("--mode", choices=["append", "replace"], default="append")
+    load.set_defaults(command=_load)
+
+    show = commands.add_parser("show", help="print a table of the warehouse (no JVM)")
+    show.add_argument("table")
+    show.add_argument("--limit", type=int, default=20)
+    show.set_defaults(command=_show)
+
+    demo = commands.add_parser("demo", help="generate the sample stream and run the pipeline over it")
+    demo.set_defaults(command=_demo)
+    return parser
+
+
+def _setup(args) -> None:
+    from incremental_assets.resources.spark import resolve_delta_jars
+
+    started = time.perf_counter()
+    jars = resolve_delta_jars()
+    home = environment.dagster_home()
+    print(f"Delta jars ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
+
+
+def _spark():
+    from incremental_assets.resources.spark import build_spark_session
+
+    return build_spark_session()
+
+
+def _generate(args) -> None:
+    from incremental_assets.sample.generator import SampleParams
+    from incremental_assets.sample.stream import append_hours, generate_stream
+
+    uri = environment.table_uri(environment.SAMPLE_TABLE)
+    if args.append_hours is not None:
+        rows = append_hours(_spark(), uri, args.append_hours)
+        print(f"Appended {args.append_hours} hourly load batch(es), {rows} rows, to {uri}")
+        return
+    params = SampleParams(
+        users=args.users,
+        days=args.days,
+        events_per_day=args.events_per_day,
+        seed=args.seed,
+        late_share=args.late_share,
+        duplicate_share=args.duplicate_share,
+        bot_share=args.bot_share,
+        **({"start_date": args.start_date} if args.start_date else {}),
+    )
+    rows = generate_stream(_spark(), uri, params)
+    print(f"Wrote {rows} sample events ({params.days} days from {params.start_date}) to {uri}")
+
+
+def _load(args) -> None:
+    from incremental_assets.loader import load_file
+
+    uri = environment.source_table_uri()
+    rows = load_file(_spark(), args.file, uri, mode=args.mode)
+    print(f"Loaded {rows} rows from {args.file} into {uri} ({args.mode})")
+
+
+def _show(args) -> None:
+    from incremental_assets.previews import print_table
+
+    print_table(environment.table_uri(args.table), limit=args.limit)
+
+
+def _demo(args) -> None:
+    from incremental_assets.demo import run_demo
+
+    run_demo()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Reading small Delta tables without a JVM (sensors, `show`): the deltalake package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+
+def read_rows(uri: str, columns: list[str] | None = None) -> list[dict[str, Any]] | None:
+    """All rows of a small Delta table, or None when there is no table at `uri`."""
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+    return table.to_pyarrow_table(columns=columns).to_pylist()
+
+
+def table_version(uri: str) -> int | None:
+    try:
+        return DeltaTable(uri).version()
+    except TableNotFoundError:
+        return None
+
+
+def print_table(uri: str, limit: int = 20) -> None:
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError:
+        raise FileNotFoundError(f"No Delta table at {uri}") from None
+    total = table.count()
+    data = table.to_pyarrow_dataset().head(limit)
+    print(f"{uri}  (version {table.version()}, {total} rows)")
+    rows = data.to_pylist()
+    if not rows:
+        return
+    columns = data.column_names
+    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    if total > limit:
+        print(f"... {total - limit} more rows")
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,123 @@
+"""The manifest resource: owns `incremental_manifest` and the per-run `new_event_limits` record.
+
+Runs read and write through Spark (one Delta transaction per change); previews and sensors read
+the same small tables without a JVM (deltalake).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from dagster import ConfigurableResource
+from pydantic import Field
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets import delta_tables, previews
+from incremental_assets.delta_tables import WriteMode
+from incremental_assets.environment import table_uri, warehouse_root
+from incremental_assets.logic.limits import ManifestEntry, RunLimits, RunState
+
+INCREMENTAL_MANIFEST = "incremental_manifest"
+NEW_EVENT_LIMITS = "new_event_limits"
+
+MANIFEST_SCHEMA = T.StructType(
+    [
+        T.StructField("model", T.StringType(), False),
+        T.StructField("first_success", T.TimestampType()),
+        T.StructField("last_success", T.TimestampType()),
+        T.StructField("last_upper", T.TimestampType()),
+        T.StructField("updated_at", T.TimestampType()),
+        T.StructField("last_run_id", T.StringType()),
+    ]
+)
+
+LIMITS_SCHEMA = T.StructType(
+    [
+        T.StructField("run_key", T.StringType(), False),
+        T.StructField("run_id", T.StringType()),
+        T.StructField("state", T.StringType()),
+        T.StructField("lower_limit", T.TimestampType()),
+        T.StructField("upper_limit", T.TimestampType()),
+        T.StructField("now", T.TimestampType()),
+        T.StructField("models", T.ArrayType(T.StringType())),
+        T.StructField("events_found", T.LongType()),
+        T.StructField("batch_max", T.TimestampType()),
+        T.StructField("resume_from", T.TimestampType()),
+        T.StructField("recorded_at", T.TimestampType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run decided (limits, its incremental assets) and, once known, what it found."""
+
+    run_key: str
+    limits: RunLimits
+    models: tuple[str, ...]
+    events_found: int | None = None
+    batch_max: datetime | None = None
+    resume_from: datetime | None = None
+
+
+class ManifestResource(ConfigurableResource):
+    warehouse_root: str | None = Field(default=None, description="Default INCREMENTAL_ASSETS_WAREHOUSE")
+
+    def uri(self, table: str) -> str:
+        return table_uri(table, self.warehouse_root or warehouse_root())
+
+    # -- incremental manifest ------------------------------------------------------------
+    def entries(self, spark: SparkSession) -> dict[str, ManifestEntry]:
+        uri = self.uri(INCREMENTAL_MANIFEST)
+        if not delta_tables.table_exists(spark, uri):
+            return {}
+        return {row["model"]: _entry(row.asDict()) for row in delta_tables.read_table(spark, uri).collect()}
+
+    def entries_without_jvm(self) -> dict[str, ManifestEntry]:
+        rows = previews.read_rows(self.uri(INCREMENTAL_MANIFEST)) or []
+        return {row["model"]: _entry(row) for row in rows}
+
+    def save(self, spark: SparkSession, entry: ManifestEntry, run_id: str) -> None:
+        row = (entry.model, entry.first_success, entry.last_success, entry.last_upper, _utcnow(), run_id)
+        frame = spark.createDataFrame([_aware(row)], MANIFEST_SCHEMA)
+        delta_tables.write(spark, frame, self.uri(INCREMENTAL_MANIFEST), WriteMode.UPSERT, keys=["model"])
+
+    # -- per-run limits ------------------------------------------------------------------
+    def run_record(self, spark: SparkSession, run_key: str) -> RunRecord | None:
+        uri = self.uri(NEW_EVENT_LIMITS)
+        if not delta_tables.table_exists(spark, uri):
+            return None
+        row = delta_tables.read_table(spark, uri).where(F.col("run_key") == run_key).first()
+        return None if row is None else _record(row.asDict())
+
+    def record_run(self, spark: SparkSession, record: RunRecord, run_id: str) -> None:
+        limits = record.limits
+        row = (
+            record.run_key, run_id, limits.state.value, limits.lower, limits.upper, limits.now,
+            list(record.models), record.events_found, record.batch_max, record.resume_from, _utcnow(),
+        )
+        frame = spark.createDataFrame([_aware(row)], LIMITS_SCHEMA)
+        delta_tables.write(spark, frame, self.uri(NEW_EVENT_LIMITS), WriteMode.UPSERT, keys=["run_key"])
+
+
+def _entry(row: dict) -> ManifestEntry:
+    return ManifestEntry(row["model"], row["last_success"], row["last_upper"], row["first_success"])
+
+
+def _record(row: dict) -> RunRecord:
+    limits = RunLimits(RunState(row["state"]), row["lower_limit"], row["upper_limit"], row["now"])
+    return RunRecord(
+        row["run_key"], limits, tuple(row["models"] or ()), row["events_found"], row["batch_max"], row["resume_from"]
+    )
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _aware(row: tuple) -> tuple:
+    """PySpark reads naive datetimes in the local zone: mark ours (UTC) explicitly."""
+    return tuple(v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)

@@ -1,0 +1,1 @@
+"""The embedded sample source: a seeded stream of Snowplow-shaped atomic events."""

@@ -1,0 +1,145 @@
+"""The variables (SPEC §3): one typed settings object, with defaults overridden in this order by
+a deployment's environment (`INCREMENTAL_ASSETS_<NAME>`), a YAML file, `--set name=value`, and,
+per run, the Dagster launchpad (it is a resource: `resources: settings: config: ...`).
+
+`validate()` runs before any Spark session starts, so a bad value costs nothing but a message.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from dagster import ConfigurableResource
+from pydantic import Field
+
+ENV_PREFIX = "INCREMENTAL_ASSETS_"
+SESSION_TIMESTAMPS = ("load_tstamp", "collector_tstamp")
+DEFAULT_START_DATE = "2020-01-01"
+
+
+class SettingsError(ValueError):
+    """One or more variables are out of range; the message names each and its allowed values."""
+
+
+class IncrementalSettings(ConfigurableResource):
+    start_date: str = Field(default=DEFAULT_START_DATE, description="First day processed (YYYY-MM-DD, UTC)")
+    backfill_limit_days: int = Field(default=30, description="Longest window of one run, in days (>= 1)")
+    lookback_window_hours: float = Field(default=6, description="Overlap re-read before the last position (>= 0)")
+    session_timestamp: str = Field(default="load_tstamp", description="Cursor column: load_tstamp or collector_tstamp")
+    max_session_days: int = Field(default=3, description="Sessions longer than this are capped and quarantined (>= 1)")
+    days_late_allowed: int = Field(default=3, description="Events sent later than this after creation are dropped (>= 0)")
+    session_lookback_days: int = Field(default=730, description="How far back stored sessions are matched (>= 1)")
+    upsert_lookback_days: int = Field(default=30, description="filtered_events MERGE looks back this far (>= 0)")
+    app_ids: list[str] = Field(default_factory=list, description="Only these app_ids (empty: all)")
+    allow_null_app_id: bool = Field(default=False, description="Keep events without app_id when app_ids is set")
+    event_names: list[str] = Field(default_factory=list, description="Events kept in filtered_events (empty: all)")
+    reprocess_days: int = Field(default=5, description="Late data older than this is not applied automatically (>= 0)")
+    min_rows_to_process: int = Field(default=1, description="Pending late events needed to recompute a day (>= 1)")
+    allow_null_dvce_tstamps: bool = Field(default=False, description="Late-sent filter falls back to collector_tstamp")
+    allow_refresh: bool = Field(default=False, description="Required for a full refresh of manifests and tables")
+    session_identifiers: list[str] = Field(
+        default_factory=lambda: ["domain_sessionid"], description="Session id: first non-null of these columns"
+    )
+    session_identifier_sql: str | None = Field(default=None, description="Or a Spark SQL expression for the session id")
+    user_identifiers: list[str] = Field(
+        default_factory=lambda: ["domain_userid"], description="User id: first non-null of these columns"
+    )
+    user_identifier_sql: str | None = Field(default=None, description="Or a Spark SQL expression for the user id")
+
+    @property
+    def start(self) -> date:
+        return date.fromisoformat(self.start_date)
+
+    def validate_all(self, today: date | None = None) -> "IncrementalSettings":
+        """Raise SettingsError naming every variable that is out of range."""
+        today = today or datetime.now(timezone.utc).date()
+        problems = []
+        try:
+            if self.start > today:
+                problems.append(f"start_date must not be in the future (got {self.start_date}, today is {today})")
+        except ValueError:
+            problems.append(f"start_date must be a date YYYY-MM-DD (got {self.start_date!r})")
+        minimums = {
+            "backfill_limit_days": 1, "lookback_window_hours": 0, "max_session_days": 1, "days_late_allowed": 0,
+            "session_lookback_days": 1, "upsert_lookback_days": 0, "reprocess_days": 0, "min_rows_to_process": 1,
+        }
+        for name, minimum in minimums.items():
+            value = getattr(self, name)
+            if value < minimum:
+                kind = "a number" if name == "lookback_window_hours" else "an integer"
+                problems.append(f"{name} must be {kind} >= {minimum} (got {value})")
+        if self.session_timestamp not in SESSION_TIMESTAMPS:
+            problems.append(f"session_timestamp must be one of {', '.join(SESSION_TIMESTAMPS)} (got {self.session_timestamp!r})")
+        for name in ("session_identifiers", "user_identifiers"):
+            if not getattr(self, name) and not getattr(self, name.replace("identifiers", "identifier_sql")):
+                problems.append(f"{name} must name at least one column (or set {name[:-1]}_sql)")
+        if problems:
+            raise SettingsError("Invalid settings: " + "; ".join(problems))
+        return self
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> IncrementalSettings:
+    """Defaults, then the environment, then a YAML file, then explicit overrides; validated."""
+    values: dict[str, Any] = {}
+    values.update(_from_environment(os.environ if environ is None else environ))
+    if config_file:
+        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"{config_file} must hold a mapping of variable: value")
+        values.update(loaded)
+    values.update(overrides or {})
+    unknown = sorted(set(values) - set(IncrementalSettings.model_fields))
+    if unknown:
+        raise SettingsError(f"Unknown variable(s) {unknown}; known: {sorted(IncrementalSettings.model_fields)}")
+    values = {name: _coerce(name, value) for name, value in values.items()}
+    return IncrementalSettings(**values).validate_all()
+
+
+def parse_assignments(assignments: list[str]) -> dict[str, str]:
+    """`--set name=value` pairs."""
+    parsed = {}
+    for assignment in assignments:
+        name, sep, value = assignment.partition("=")
+        if not sep:
+            raise SettingsError(f"--set takes name=value, got {assignment!r}")
+        parsed[name.strip()] = value.strip()
+    return parsed
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: environ[ENV_PREFIX + name.upper()]
+        for name in IncrementalSettings.model_fields
+        if ENV_PREFIX + name.upper() in environ
+    }
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Text from the environment or --set, turned into the field's type with a clear error."""
+    annotation = str(IncrementalSettings.model_fields[name].annotation)
+    if isinstance(value, date):
+        return value.isoformat()
+    if not isinstance(value, str):
+        return value
+    try:
+        if "list" in annotation:
+            return [item.strip() for item in value.split(",") if item.strip()]
+        if "bool" in annotation:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return value.lower() in ("true", "1", "yes")
+        if "int" in annotation:
+            return int(value)
+        if "float" in annotation:
+            return float(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be of type {annotation.replace('<class ', '').rstrip('>')} (got {value!r})") from None
+    return value

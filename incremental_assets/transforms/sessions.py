@@ -1,0 +1,168 @@
+"""The session layer (SPEC §5) as DataFrame → DataFrame functions, free of Dagster and of I/O.
+
+Reading and writing tables is the assets' job; these functions only say which rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from incremental_assets.atomic_events import LOAD_DATE
+from incremental_assets.settings import IncrementalSettings
+
+SESSION = "session_identifier"
+USER = "user_identifier"
+LIFECYCLE_COLUMNS = [SESSION, USER, "start_tstamp", "end_tstamp", "start_date"]
+
+
+def identifier(columns: list[str], sql: str | None) -> Column:
+    """First non-null of `columns`, or the deployment's SQL expression."""
+    if sql:
+        return F.expr(sql)
+    return F.coalesce(*[F.col(c) for c in columns]) if len(columns) > 1 else F.col(columns[0])
+
+
+def session_id(settings: IncrementalSettings) -> Column:
+    return identifier(settings.session_identifiers, settings.session_identifier_sql).cast("string")
+
+
+def user_id(settings: IncrementalSettings) -> Column:
+    return identifier(settings.user_identifiers, settings.user_identifier_sql).cast("string")
+
+
+def sent_in_time(settings: IncrementalSettings) -> Column:
+    """The late-sent filter; null (dropped) where a device timestamp is missing, unless allowed."""
+    sent, created = F.col("dvce_sent_tstamp"), F.col("dvce_created_tstamp")
+    if settings.allow_null_dvce_tstamps:
+        sent, created = F.coalesce(sent, F.col("collector_tstamp")), F.coalesce(created, F.col("collector_tstamp"))
+    return sent <= created + F.expr(f"INTERVAL {int(settings.days_late_allowed)} DAYS")
+
+
+def app_allowed(settings: IncrementalSettings) -> Column:
+    if not settings.app_ids:
+        return F.lit(True)
+    allowed = F.col("app_id").isin(settings.app_ids)
+    return allowed | F.col("app_id").isNull() if settings.allow_null_app_id else F.coalesce(allowed, F.lit(False))
+
+
+def in_cursor_range(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
+    """Rows with lower <= ts <= upper, pruned by load_date where the source has it.
+
+    collector_tstamp <= load_tstamp always, so the load date is never before the cursor's date;
+    with the load_tstamp cursor the upper bound prunes too.
+    """
+    rows = source.where(F.col(ts).between(F.lit(lower), F.lit(upper)))
+    if LOAD_DATE in source.columns:
+        rows = rows.where(F.col(LOAD_DATE) >= F.lit(lower.date()))
+        if ts == "load_tstamp":
+            rows = rows.where(F.col(LOAD_DATE) <= F.lit(upper.date()))
+    return rows
+
+
+def classify_window(window: DataFrame, quarantined: DataFrame, settings: IncrementalSettings) -> DataFrame:
+    """Every event of the window with its session and user ids and why it is dropped (or null)."""
+    quarantine = quarantined.select(F.col(SESSION).alias("_q"), F.lit(True).alias("_quarantined"))
+    marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
+    marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
+    reason = (
+        F.when(F.col("event_id").isNull(), "null_event_id")
+        .when(F.col(SESSION).isNull(), "null_session_id")
+        .when(~app_allowed(settings), "app_filtered")
+        .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")
+        .when(~sent_in_time(settings), "late_sent")
+        .when(F.col("_quarantined"), "quarantined_session")
+    )
+    return marked.withColumn("drop_reason", reason).drop("_q", "_quarantined")
+
+
+def new_session_candidates(classified: DataFrame, ts: str) -> DataFrame:
+    """One row per session with an eligible event in the window: its first and last ts, its user."""
+    return (
+        classified.where(F.col("drop_reason").isNull())
+        .groupBy(SESSION)
+        .agg(F.max(USER).alias(USER), F.min(ts).alias("start_tstamp"), F.max(ts).alias("end_tstamp"))
+    )
+
+
+def merge_lifecycle(candidates: DataFrame, stored: DataFrame, max_session_days: int) -> DataFrame:
+    """Lifecycle rows to upsert: first user sticks, least start, greatest end capped at start + MSD.
+
+    `stored` holds the rows considered (start within session_lookback_days). A stored row whose
+    end already reached its cap is left alone.
+    """
+    cap = F.expr(f"INTERVAL {int(max_session_days)} DAYS")
+    s = stored.select(*[F.col(c).alias(f"s_{c}") for c in (SESSION, USER, "start_tstamp", "end_tstamp")])
+    joined = candidates.join(s, candidates[SESSION] == s[f"s_{SESSION}"], "left")
+    start = F.least(F.col("start_tstamp"), F.coalesce(F.col("s_start_tstamp"), F.col("start_tstamp")))
+    end = F.greatest(F.col("end_tstamp"), F.coalesce(F.col("s_end_tstamp"), F.col("end_tstamp")))
+    stored_capped = F.col("s_end_tstamp") >= F.col("s_start_tstamp") + cap
+    merged = (
+        joined.where(F.col(f"s_{SESSION}").isNull() | ~stored_capped)
+        .select(
+            F.col(SESSION),
+            F.coalesce(F.col(f"s_{USER}"), F.col(USER)).alias(USER),
+            start.alias("start_tstamp"),
+            F.least(end, start + cap).alias("end_tstamp"),
+            F.col("s_start_tstamp"),
+            F.col("s_end_tstamp"),
+            F.col(f"s_{USER}"),
+        )
+    )
+    changed = (
+        F.col("s_start_tstamp").isNull()
+        | (F.col("start_tstamp") != F.col("s_start_tstamp"))
+        | (F.col("end_tstamp") != F.col("s_end_tstamp"))
+        | (F.col(f"s_{USER}").isNull() & F.col(USER).isNotNull())
+    )
+    return merged.where(changed).select(
+        SESSION, USER, "start_tstamp", "end_tstamp", F.to_date("start_tstamp").alias("start_date")
+    )
+
+
+def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, max_session_days: int) -> DataFrame:
+    """Sessions active in the window: start in [L − MSD, U], end >= L; end capped at U."""
+    earliest = lower - timedelta(days=max_session_days)
+    return (
+        lifecycle.where(F.col("start_date") >= F.lit(earliest.date()))
+        .where(F.col("start_tstamp").between(F.lit(earliest), F.lit(upper)) & (F.col("end_tstamp") >= F.lit(lower)))
+        .select(
+            SESSION,
+            USER,
+            "start_tstamp",
+            F.col("end_tstamp").alias("lifecycle_end_tstamp"),
+            F.least(F.col("end_tstamp"), F.lit(upper)).alias("end_tstamp"),
+        )
+    )
+
+
+def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
+    """Sessions whose end reached start + MSD days: they will never be extended again."""
+    cap = F.expr(f"INTERVAL {int(max_session_days)} DAYS")
+    return sessions.where(F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + cap).select(
+        SESSION, F.lit(quarantined_at).alias("quarantined_at")
+    )
+
+
+def session_events(source: DataFrame, sessions: DataFrame, settings: IncrementalSettings) -> DataFrame:
+    """All events of this run's sessions within their caps, one row per event_id.
+
+    The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
+    """
+    ts = settings.session_timestamp
+    bounds = sessions.agg(F.min("start_tstamp").alias("lo"), F.max("end_tstamp").alias("hi")).first()
+    cap = F.expr(f"INTERVAL {int(settings.max_session_days)} DAYS")
+    candidates = source.where(F.lit(False)) if bounds["lo"] is None else in_cursor_range(source, ts, bounds["lo"], bounds["hi"])
+    events = (
+        candidates.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
+        .withColumn(SESSION, session_id(settings))
+        .drop(USER)
+    )
+    s = sessions.select(SESSION, F.col(USER), F.col("start_tstamp").alias("_start"))
+    in_session = events.join(s, SESSION).where(
+        (F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + cap)
+    )
+    first = Window.partitionBy("event_id").orderBy(F.col(ts).asc(), F.col("dvce_created_tstamp").asc_nulls_last())
+    return in_session.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n", "_start")

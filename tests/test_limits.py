@@ -1,0 +1,139 @@
+"""Run limits (SPEC §4) on plain values: the spec's reference vectors, edge cases, the update rule."""
+
+from datetime import date, datetime
+
+import pytest
+
+from incremental_assets.logic.limits import (
+    ManifestEntry,
+    RunState,
+    advance_all,
+    is_ahead,
+    keyhole_limits,
+    run_limits,
+)
+
+START = date(2021, 1, 1)
+NOW = datetime(2021, 6, 1, 12, 0)
+
+
+def limits(manifest, models=("a", "b"), now=NOW, backfill=30, lookback=6):
+    entries = {m: ManifestEntry(m, last_success=ls) for m, ls in manifest.items()}
+    return run_limits(entries, models, START, backfill, lookback, now)
+
+
+def window(result):
+    return result.state, result.lower, result.upper
+
+
+def test_state_1_first_run():
+    assert window(limits({})) == (RunState.FIRST_RUN, datetime(2021, 1, 1), datetime(2021, 1, 31))
+
+
+def test_state_2_new_model():
+    result = limits({"a": datetime(2021, 3, 1)})
+    assert window(result) == (RunState.NEW_MODEL, datetime(2021, 1, 1), datetime(2021, 1, 31))
+
+
+def test_state_3_out_of_sync_within_backfill():
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 3, 5)})
+    assert window(result) == (RunState.OUT_OF_SYNC, datetime(2021, 2, 28, 18), datetime(2021, 3, 5))
+
+
+def test_state_3_out_of_sync_capped_by_backfill():
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 5, 1)})
+    assert window(result) == (RunState.OUT_OF_SYNC, datetime(2021, 2, 28, 18), datetime(2021, 3, 31))
+
+
+def test_state_4_standard():
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 3, 1)})
+    assert window(result) == (RunState.STANDARD, datetime(2021, 2, 28, 18), datetime(2021, 3, 31))
+
+
+def test_log_lines_name_the_state_and_window():
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 3, 1)})
+    assert result.log_lines == [
+        "Standard incremental run",
+        "Processing data between '2021-02-28 18:00:00' and '2021-03-31 00:00:00'",
+    ]
+
+
+def test_now_caps_first_and_standard_runs():
+    now = datetime(2021, 1, 10, 8)
+    assert limits({}, now=now).upper == now
+    assert limits({"a": datetime(2021, 1, 9), "b": datetime(2021, 1, 9)}, now=now).upper == now
+
+
+def test_new_model_is_capped_by_max_last_success_when_it_is_earlier():
+    result = limits({"a": datetime(2021, 1, 10)})
+    assert window(result) == (RunState.NEW_MODEL, datetime(2021, 1, 1), datetime(2021, 1, 10))
+
+
+def test_models_outside_the_run_do_not_count():
+    # "z" is far behind but not in this run: the run is a standard one over a and b.
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 3, 1), "z": datetime(2021, 1, 2)})
+    assert result.state is RunState.STANDARD
+
+
+def test_zero_lookback_and_one_day_backfill():
+    result = limits({"a": datetime(2021, 3, 1), "b": datetime(2021, 3, 1)}, backfill=1, lookback=0)
+    assert window(result) == (RunState.STANDARD, datetime(2021, 3, 1), datetime(2021, 3, 2))
+
+
+def test_an_empty_window_moves_the_position_on():
+    entries = {m: ManifestEntry(m, last_success=datetime(2021, 2, 1), last_upper=datetime(2021, 4, 1)) for m in "ab"}
+    result = run_limits(entries, "ab", START, 30, 6, NOW)
+    assert window(result) == (RunState.STANDARD, datetime(2021, 3, 31, 18), datetime(2021, 5, 1))
+
+
+def test_an_empty_first_run_leaves_a_position_without_last_success():
+    entries = {m: ManifestEntry(m, last_upper=datetime(2021, 1, 31)) for m in "ab"}
+    assert run_limits(entries, "ab", START, 30, 6, NOW).state is RunState.STANDARD
+
+
+def test_manifest_update_rule_reference_vector():
+    manifest = {
+        "a": ManifestEntry("a", last_success=datetime(2021, 1, 4)),
+        "b": ManifestEntry("b", last_success=datetime(2021, 1, 2)),
+        "d": ManifestEntry("d", last_success=datetime(2021, 1, 2)),
+    }
+    updated = advance_all(manifest, ["a", "b", "c"], batch_max=datetime(2021, 1, 3))
+    assert {m: e.last_success.date().isoformat() for m, e in updated.items()} == {
+        "a": "2021-01-04", "b": "2021-01-03", "c": "2021-01-03", "d": "2021-01-02"
+    }
+    assert updated["c"].first_success == datetime(2021, 1, 3)
+
+
+def test_failed_asset_keeps_its_value_and_the_next_run_syncs():
+    manifest = {m: ManifestEntry(m, last_success=datetime(2021, 3, 1)) for m in "ab"}
+    after = advance_all(manifest, ["a"], batch_max=datetime(2021, 3, 2))
+    assert after["b"].last_success == datetime(2021, 3, 1)
+    result = run_limits(after, "ab", START, 30, 6, NOW)
+    assert window(result) == (RunState.OUT_OF_SYNC, datetime(2021, 2, 28, 18), datetime(2021, 3, 2))
+
+
+def test_empty_window_records_resume_point_not_last_success():
+    manifest = {"a": ManifestEntry("a", last_success=datetime(2021, 3, 1))}
+    after = advance_all(manifest, ["a"], batch_max=None, resume_from=datetime(2021, 4, 15))
+    assert after["a"].last_success == datetime(2021, 3, 1)
+    assert after["a"].position == datetime(2021, 4, 15)
+
+
+def test_skip_when_already_ahead():
+    result = limits({"a": datetime(2021, 1, 10)})  # state 2: upper = 2021-01-10
+    assert is_ahead(ManifestEntry("a", last_success=datetime(2021, 1, 10)), result)
+    assert not is_ahead(ManifestEntry("b"), result)
+    assert not is_ahead(None, result)
+
+
+def test_keyhole_validation():
+    assert keyhole_limits(datetime(2021, 1, 1), datetime(2021, 1, 2), NOW).state is RunState.KEYHOLE
+    with pytest.raises(ValueError, match="must not be after upper"):
+        keyhole_limits(datetime(2021, 1, 3), datetime(2021, 1, 2), NOW)
+    with pytest.raises(ValueError, match="must not be in the future"):
+        keyhole_limits(datetime(2021, 1, 1), datetime(2022, 1, 2), NOW)
+
+
+def test_no_models_is_an_error():
+    with pytest.raises(ValueError, match="at least one incremental asset"):
+        limits({}, models=())

@@ -46,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--mode", choices=["append", "replace"], default="append")
     load.set_defaults(command=_load)
 
+    run = commands.add_parser("run", help="one incremental run (recorded in the Dagster instance)")
+    _settings_arguments(run)
+    run.add_argument("--until-caught-up", action="store_true", help="repeat until the window reaches now")
+    run.add_argument("--lower", help="keyhole backfill: lower limit (ISO timestamp); the manifest does not move")
+    run.add_argument("--upper", help="keyhole backfill: upper limit (ISO timestamp)")
+    run.set_defaults(command=_run)
+
+    preview = commands.add_parser("preview", help="state, limits, new events and days of the next run; writes nothing")
+    _settings_arguments(preview)
+    preview.set_defaults(command=_preview)
+
     show = commands.add_parser("show", help="print a table of the warehouse (no JVM)")
     show.add_argument("table")
     show.add_argument("--limit", type=int, default=20)
@@ -54,6 +65,44 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="generate the sample stream and run the pipeline over it")
     demo.set_defaults(command=_demo)
     return parser
+
+
+def _settings_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE.yaml", help="variables (SPEC §3) for this command")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override one variable")
+
+
+def _settings(args):
+    """Validated before any Spark session starts: a bad value costs only a message."""
+    from incremental_assets.settings import load_settings, parse_assignments
+
+    return load_settings(args.config, parse_assignments(args.set))
+
+
+def _run(args) -> int:
+    from incremental_assets.runner import run_incremental, run_until_caught_up
+
+    settings = _settings(args)
+    if (args.lower is None) != (args.upper is None):
+        raise ValueError("a keyhole backfill needs both --lower and --upper")
+    if args.until_caught_up:
+        if args.lower:
+            raise ValueError("--until-caught-up does not combine with a keyhole window")
+        summaries = run_until_caught_up(settings)
+    else:
+        summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
+        print(summaries[0].describe())
+    failed = [s.run_id for s in summaries if not s.success]
+    if failed:
+        print(f"error: run {failed[0]} failed; see it in the Dagster UI (make ui)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _preview(args) -> None:
+    from incremental_assets.runner import preview
+
+    print(preview(_settings(args)).describe())
 
 
 def _setup(args) -> None:

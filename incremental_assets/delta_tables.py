@@ -11,6 +11,7 @@ from datetime import date, datetime, time, timezone
 from enum import Enum
 from typing import Iterable, Sequence
 
+import deltalake
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -125,9 +126,22 @@ def write(
 
 
 def last_commit(spark: SparkSession, uri: str) -> WriteResult:
-    entry = DeltaTable.forPath(spark, uri).history(1).select("version", "operation", "operationMetrics", "userMetadata").first()
-    metrics = {key: int(value) for key, value in (entry["operationMetrics"] or {}).items() if value.isdigit()}
-    return WriteResult(entry["version"], entry["operation"], metrics, entry["userMetadata"])
+    """The table's latest commit. Read from the log by deltalake (milliseconds, no Spark job);
+    Spark answers for storage that deltalake cannot open."""
+    try:
+        entry = deltalake.DeltaTable(uri).history(1)[0]
+    except Exception:  # noqa: BLE001 - any storage deltalake cannot read: fall back to Spark
+        entry = DeltaTable.forPath(spark, uri).history(1).first().asDict()
+    metrics = {key: int(value) for key, value in (entry.get("operationMetrics") or {}).items() if str(value).isdigit()}
+    return WriteResult(entry["version"], entry["operation"], metrics, entry.get("userMetadata"))
+
+
+def row_count(spark: SparkSession, uri: str) -> int:
+    """Rows in the table, from the file statistics in its log where deltalake can read them."""
+    try:
+        return deltalake.DeltaTable(uri).count()
+    except Exception:  # noqa: BLE001 - as in last_commit
+        return read_table(spark, uri).count()
 
 
 def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:

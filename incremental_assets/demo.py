@@ -1,24 +1,29 @@
-"""`make demo`: the sample stream, then the main job over it, recorded in the Dagster instance."""
+"""`make demo`: the sample stream, incremental runs until caught up, and what they left behind."""
 
 from __future__ import annotations
 
 import time
 
-from dagster import DagsterInstance
-
 from incremental_assets import environment
-from incremental_assets.previews import read_rows, table_version
+from incremental_assets.previews import read_rows, row_count, table_version
 
 DEMO_APPEND_HOURS = 6
+# A short backfill limit so the demo shows the manifest catching up over several runs.
+DEMO_OVERRIDES = {"backfill_limit_days": 2}
+TABLES = (
+    "atomic_events", "incremental_manifest", "new_event_limits", "sessions_lifecycle_manifest",
+    "quarantined_sessions", "events_this_run", "filtered_events", "sessions",
+)
 
 
 def run_demo() -> None:
     started = time.perf_counter()
     environment.dagster_home()
-    from incremental_assets.definitions import defs
     from incremental_assets.resources.spark import build_spark_session
+    from incremental_assets.runner import run_until_caught_up
     from incremental_assets.sample.generator import SampleParams
     from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
+    from incremental_assets.settings import load_settings
 
     spark = build_spark_session()
     source = environment.table_uri(environment.SAMPLE_TABLE)
@@ -30,24 +35,21 @@ def run_demo() -> None:
         rows = append_hours(spark, source, DEMO_APPEND_HOURS)
         print(f"Sample stream continued: {DEMO_APPEND_HOURS} more hourly load batches, {rows} events")
 
-    instance = DagsterInstance.get()
-    result = defs.resolve_job_def("main_job").execute_in_process(instance=instance)
-    if not result.success:
-        raise SystemExit("main_job failed: see the run in the Dagster UI (make ui)")
-    _print_summary()
-    print(f"Demo finished in {time.perf_counter() - started:.0f}s; run id {result.run_id} (make ui to browse it)")
+    settings = load_settings(overrides=DEMO_OVERRIDES)
+    print(f"\nIncremental runs (start_date {settings.start_date}, backfill_limit_days {settings.backfill_limit_days}):")
+    summaries = run_until_caught_up(settings, report=lambda line: print(f"  {line}"))
+    if not summaries[-1].success:
+        raise SystemExit(f"Run {summaries[-1].run_id} failed: see it in the Dagster UI (make ui)")
+    _print_tables()
+    print(f"\nDemo finished in {time.perf_counter() - started:.0f}s ({len(summaries)} runs; make ui to browse them)")
 
 
-def _print_summary() -> None:
-    summary = read_rows(environment.table_uri("source_load_summary")) or []
-    print("\nsource_load_summary (per load day):")
-    print(f"  {'load_date':<12}{'rows':>8}{'null ids':>10}{'dupes':>8}{'sessions':>10}")
-    for row in sorted(summary, key=lambda r: r["load_date"]):
-        print(
-            f"  {str(row['load_date']):<12}{row['rows']:>8}{row['null_event_id']:>10}"
-            f"{row['duplicate_event_ids']:>8}{row['sessions']:>10}"
-        )
+def _print_tables() -> None:
+    manifest = read_rows(environment.table_uri("incremental_manifest")) or []
+    print("\nincremental_manifest:")
+    for row in sorted(manifest, key=lambda r: r["model"]):
+        print(f"  {row['model']:<16} last_success {row['last_success']}  last_upper {row['last_upper']}")
     print("\nDelta tables:")
-    for name in ("atomic_events", "source_load_summary"):
+    for name in TABLES:
         uri = environment.table_uri(name)
-        print(f"  {name:<22} version {table_version(uri)}  {uri}")
+        print(f"  {name:<28} {row_count(uri):>8} rows  version {table_version(uri)}")

@@ -17,11 +17,11 @@ ahead, and backfilled from start_date when it is new (state 2), without further 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Failure, MaterializeResult
 from pyspark.sql import DataFrame, SparkSession
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
-from incremental_assets.delta_tables import WriteMode
 from incremental_assets.io_managers.delta import TableSpec, delta_table, write_metadata
 from incremental_assets.logic.limits import RunLimits, advance, is_ahead
 from incremental_assets.resources.manifests import ManifestResource, RunRecord
@@ -60,7 +60,7 @@ class Batch:
 
 def current_batch(context: AssetExecutionContext, spark: SparkSession, manifest: ManifestResource) -> Batch:
     key = run_key(context)
-    record = manifest.run_record(spark, key)
+    record = manifest.run_record(key)
     uri = manifest.uri(EVENTS_THIS_RUN)
     stamp = delta_tables.last_commit(spark, uri).user_metadata if delta_tables.table_exists(spark, uri) else None
     if record is None or record.events_found is None or stamp != key:
@@ -86,7 +86,7 @@ def process_batch(
     name = context.asset_key.path[-1]
     batch = current_batch(context, spark, manifest)
     limits, record = batch.limits, batch.record
-    entry = manifest.entries(spark).get(name)
+    entry = manifest.entries().get(name)
     base = {"run_state": limits.state.value, "lower_limit": str(limits.lower), "upper_limit": str(limits.upper)}
     if limits.moves_manifest and is_ahead(entry, limits):
         context.log.info(f"{name} is already at {entry.position}, past this run's upper limit: nothing to do")
@@ -121,13 +121,11 @@ def incremental_asset(
         asset_name = name or build.__name__
         spec = TableSpec.of(table, asset_name)
 
-        @asset(
+        @spark_delta_asset(
             name=asset_name,
             deps=[EVENTS_THIS_RUN],
             group_name=group_name,
             tags={INCREMENTAL_TAG: "true"},
-            kinds={"spark", "delta"},
-            owners=["team:data-engineering"],
             metadata=table,
             description=description or build.__doc__,
         )
@@ -137,7 +135,7 @@ def incremental_asset(
                 frame = build(batch.events, batch.limits)
                 uri = manifest.uri(asset_name)
                 result = delta_tables.write(session, frame, uri, spec.write_mode, spec.keys, spec.partition_by)
-                return {**write_metadata(frame, uri, result), "dagster/row_count": delta_tables.read_table(session, uri).count()}
+                return write_metadata(frame, uri, result, with_row_count=True)
 
             return process_batch(context, spark.session, manifest, write)
 

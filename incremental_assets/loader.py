@@ -37,12 +37,16 @@ def load_file(spark: SparkSession, path: str | Path, table_uri: str, mode: str =
     return write_events(spark, _cast(frame), table_uri, mode)
 
 
-def write_events(spark: SparkSession, frame: DataFrame, table_uri: str, mode: str = "append") -> int:
+def write_events(
+    spark: SparkSession, frame: DataFrame, table_uri: str, mode: str = "append", user_metadata: str | None = None
+) -> int:
     """Write atomic events to a source table, partitioned by load_date; returns rows written.
 
     Appends may add new extra columns (schema merge); a replace also replaces the schema.
     """
-    return write(spark, frame, table_uri, _write_mode(mode), partition_by=[LOAD_DATE]).rows_inserted
+    return write(
+        spark, frame, table_uri, _write_mode(mode), partition_by=[LOAD_DATE], user_metadata=user_metadata
+    ).rows_inserted
 
 
 def _write_mode(mode: str) -> WriteMode:

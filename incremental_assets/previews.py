@@ -8,18 +8,25 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 
-def read_rows(uri: str, columns: list[str] | None = None) -> list[dict[str, Any]] | None:
-    """All rows of a small Delta table, or None when there is no table at `uri`."""
+def read_rows(uri: str, columns: list[str] | None = None, filters: list | None = None) -> list[dict[str, Any]] | None:
+    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`."""
     try:
         table = DeltaTable(uri)
     except TableNotFoundError:
         return None
-    return table.to_pyarrow_table(columns=columns).to_pylist()
+    return table.to_pyarrow_table(columns=columns, filters=filters).to_pylist()
 
 
 def table_version(uri: str) -> int | None:
     try:
         return DeltaTable(uri).version()
+    except TableNotFoundError:
+        return None
+
+
+def row_count(uri: str) -> int | None:
+    try:
+        return DeltaTable(uri).count()
     except TableNotFoundError:
         return None
 

@@ -96,11 +96,23 @@ def load_settings(
             raise SettingsError(f"{config_file} must hold a mapping of variable: value")
         values.update(loaded)
     values.update(overrides or {})
+    values.setdefault("start_date", _sample_start_date() or DEFAULT_START_DATE)
     unknown = sorted(set(values) - set(IncrementalSettings.model_fields))
     if unknown:
         raise SettingsError(f"Unknown variable(s) {unknown}; known: {sorted(IncrementalSettings.model_fields)}")
     values = {name: _coerce(name, value) for name, value in values.items()}
     return IncrementalSettings(**values).validate_all()
+
+
+def _sample_start_date() -> str | None:
+    """On the embedded sample, start_date defaults to the stream's first day."""
+    from incremental_assets.environment import SAMPLE_TABLE, source_table_uri, table_uri
+    from incremental_assets.sample.stream import read_stream_state
+
+    if source_table_uri() != table_uri(SAMPLE_TABLE):
+        return None
+    state = read_stream_state(source_table_uri())
+    return state[0].start_date.isoformat() if state else None
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:

@@ -12,7 +12,9 @@ TEST_SHUFFLE_PARTITIONS = 2
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    session = build_spark_session(master="local[2]", shuffle_partitions=TEST_SHUFFLE_PARTITIONS)
+    session = build_spark_session(
+        master="local[2]", shuffle_partitions=TEST_SHUFFLE_PARTITIONS, extra_conf={"spark.ui.enabled": "false"}
+    )
     yield session
     session.stop()
 

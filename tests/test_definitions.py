@@ -21,3 +21,19 @@ def test_dagster_validates_the_workspace():
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse):
+    from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.environment import source_table_uri
+    from incremental_assets.sensors import source_events_sensor
+
+    instance = DagsterInstance.ephemeral()
+    assert isinstance(source_events_sensor(build_sensor_context(instance=instance)), SkipReason)
+    spark.range(3).write.format("delta").save(source_table_uri())
+    context = build_sensor_context(instance=instance)
+    request = source_events_sensor(context)
+    assert isinstance(request, RunRequest) and request.run_key == "source-version-0"
+    again = source_events_sensor(build_sensor_context(instance=instance, cursor=context.cursor))
+    assert isinstance(again, SkipReason) and "unchanged" in again.skip_message

@@ -62,6 +62,16 @@ FIRST_LOADS = [
     event("c2", "S5", "U5", "01-03 10:00"),
     event("b4", "S2", "B", "01-04 13:00"),  # beyond S2's cap (01-04 12:00)
 ]
+
+
+def without_load_tstamp(row):
+    """The row with a null cursor (load_tstamp) and so no load_date either."""
+    values = list(row)
+    values[SAMPLE_SCHEMA.fieldNames().index("load_tstamp")] = values[-1] = None
+    return tuple(values)
+
+
+NULL_CURSOR = without_load_tstamp(event("z1", "S1", "U1", "01-01 10:30"))
 LATE_COMMITTED = [event("c0", "S5", "U5", "01-02 03:00")]  # lands after run 2, older than S5's start
 AFTER_QUARANTINE = [event("b5", "S2", "B", "01-05 15:00")]
 
@@ -73,9 +83,9 @@ def pipeline(spark, warehouse, monkeypatch, tmp_path):
     defs = build_definitions(IncrementalSettings(**SETTINGS))
     instance = DagsterInstance.ephemeral()
 
-    def run():
+    def run(**limits_config):
         result = defs.resolve_job_def(INCREMENTAL_JOB).execute_in_process(
-            instance=instance, run_config={"ops": {"new_event_limits": {"config": {"now": NOW}}}}
+            instance=instance, run_config={"ops": {"new_event_limits": {"config": {"now": NOW, **limits_config}}}}
         )
         assert result.success
         return {
@@ -92,8 +102,12 @@ def pipeline(spark, warehouse, monkeypatch, tmp_path):
     def manifest():
         return {m: (ls, lu) for m, ls, lu in table("incremental_manifest", "model", "last_success", "last_upper")}
 
-    load(FIRST_LOADS)
-    return run, load, table, manifest
+    load(FIRST_LOADS + [NULL_CURSOR])
+    def snapshot():
+        names = ("filtered_events", "sessions", "sessions_lifecycle_manifest", "quarantined_sessions")
+        return {name: sorted(map(tuple, delta_tables.read_table(spark, f"{warehouse}/{name}").collect())) for name in names}
+
+    return run, load, table, manifest, snapshot
 
 
 def both(last_success, last_upper=None):
@@ -101,7 +115,7 @@ def both(last_success, last_upper=None):
 
 
 def test_six_runs_over_hand_written_events(pipeline):
-    run, load, table, manifest = pipeline
+    run, load, table, manifest, snapshot = pipeline
 
     first = run()
     limits = first["new_event_limits"]
@@ -110,11 +124,13 @@ def test_six_runs_over_hand_written_events(pipeline):
     assert manifest() == both(t("01-01 12:00"))
     lifecycle = first["sessions_lifecycle_manifest"]
     assert (lifecycle["dropped_null_event_id"], lifecycle["dropped_late_sent"]) == (1, 1)
+    assert lifecycle["null_cursor_rows"] == 1
     assert table("sessions_lifecycle_manifest", "session_identifier", "user_identifier", "start_tstamp", "end_tstamp") == [
         ("S1", "U1", t("01-01 10:00"), t("01-01 10:20")),
         ("S2", "B", t("01-01 12:00"), t("01-01 12:00")),
     ]
     assert first["events_this_run"]["events_found"] == 4  # a0 a1 a2 b1
+    assert first["events_this_run"]["duplicates_dropped"] == 1  # the later copy of a2
     assert first["filtered_events"]["new_events"] == 3  # a0 is before start_date
     assert first["filtered_events"]["before_start_date_dropped"] == 1
     assert table("filtered_events", "event_id", "page_url") == [("a1", "/"), ("a2", "/first"), ("b1", "/")]
@@ -124,7 +140,7 @@ def test_six_runs_over_hand_written_events(pipeline):
         "2021-01-01 06:00:00", "2021-01-02 12:00:00")
     assert second["new_event_limits"]["run_state"] == "standard"
     assert manifest() == both(t("01-02 12:00"))
-    assert (second["filtered_events"]["new_events"], second["filtered_events"]["duplicates_dropped"]) == (3, 3)
+    assert (second["filtered_events"]["new_events"], second["filtered_events"]["already_stored"]) == (3, 3)
 
     load(LATE_COMMITTED)
     third = run()
@@ -165,3 +181,11 @@ def test_six_runs_over_hand_written_events(pipeline):
     assert table("sessions", "session_identifier", "user_identifier", "events", "page_views") == [
         ("S1", "U1", 5, 5), ("S2", "B", 3, 3), ("S5", "U5", 2, 2),
     ]
+
+    # Re-running run 3's window (a keyhole backfill) changes no table and does not move the manifest.
+    before, positions = snapshot(), manifest()
+    keyhole = run(lower="2021-01-02T06:00:00", upper="2021-01-03T12:00:00")
+    assert keyhole["new_event_limits"]["run_state"] == "keyhole"
+    assert keyhole["events_this_run"]["events_found"] == 10
+    assert keyhole["filtered_events"]["new_events"] == 0
+    assert (snapshot(), manifest()) == (before, positions)

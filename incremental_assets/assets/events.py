@@ -3,10 +3,11 @@
 from dataclasses import replace
 from datetime import timedelta
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
 from incremental_assets.atomic_events import LOAD_DATE
 from incremental_assets.assets.limits import BASE_GROUP
@@ -30,12 +31,10 @@ from incremental_assets.transforms import sessions as T
 FILTERED_EVENTS = "filtered_events"
 
 
-@asset(
+@spark_delta_asset(
     name=EVENTS_THIS_RUN,
     deps=[QUARANTINE],
     group_name=BASE_GROUP,
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     description="Scratch table, overwritten every run and stamped with its run: every event of the sessions "
     "active in the window, within each session's cap, deduplicated on event_id (earliest wins).",
 )
@@ -44,26 +43,30 @@ def events_this_run(
 ) -> MaterializeResult:
     session = spark.session
     key = run_key(context)
-    limits = this_run(context, session, manifest)
+    limits = this_run(context, manifest)
     lifecycle = read_or_empty(session, manifest.uri(LIFECYCLE), LIFECYCLE_SCHEMA)
     active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days)
     source = delta_tables.read_table(session, source_table_uri())
     events = T.session_events(source, active, settings).cache()
     ts = settings.session_timestamp
-    stats = events.agg(F.count(F.lit(1)).alias("n"), F.max(ts).alias("batch_max")).first()
+    stats = events.agg(
+        F.count(F.lit(1)).alias("n"), F.max(ts).alias("batch_max"), F.sum(F.col(T.COPIES) - 1).alias("duplicates")
+    ).first()
     uri = manifest.uri(EVENTS_THIS_RUN)
-    result = delta_tables.write(session, events, uri, WriteMode.REPLACE, user_metadata=key)
+    batch = events.drop(T.COPIES)
+    result = delta_tables.write(session, batch, uri, WriteMode.REPLACE, user_metadata=key)
     events.unpersist()
     resume_from = _next_event_after(source, ts, limits.upper) or limits.upper
     record = replace(
-        manifest.run_record(session, key), events_found=stats["n"], batch_max=stats["batch_max"], resume_from=resume_from
+        manifest.run_record(key), events_found=stats["n"], batch_max=stats["batch_max"], resume_from=resume_from
     )
     manifest.record_run(session, record, context.run.run_id)
     return MaterializeResult(
         metadata={
-            **write_metadata(events, uri, result),
+            **write_metadata(batch, uri, result),
             "dagster/row_count": stats["n"],
             "events_found": stats["n"],
+            "duplicates_dropped": stats["duplicates"] or 0,
             "sessions_this_run": active.count(),
             "batch_max": str(stats["batch_max"]),
             "resume_from": str(resume_from) if resume_from else "",
@@ -81,13 +84,11 @@ def _next_event_after(source: DataFrame, ts: str, upper) -> object:
     return later.agg(F.min(ts)).first()[0]
 
 
-@asset(
+@spark_delta_asset(
     name=FILTERED_EVENTS,
     deps=[EVENTS_THIS_RUN],
     group_name=INCREMENTAL_GROUP,
     tags={INCREMENTAL_TAG: "true"},
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     metadata=delta_table("merge_insert", keys=["event_id"], partition_by=["event_date"]),
     description="Deduplicated, filtered, session-complete events, partitioned by event_date. Insert-only on "
     "event_id: an event already stored is never duplicated or overwritten.",
@@ -121,7 +122,8 @@ def filtered_events(
             "filtered_out_by_event_name": batch.record.events_found - counts["selected"],
             "before_start_date_dropped": counts["before_start_date"],
             "new_events": result.rows_inserted,
-            "duplicates_dropped": offered - result.rows_inserted,
+            # events of re-processed sessions, and duplicates of stored events loaded again
+            "already_stored": offered - result.rows_inserted,
         }
 
     return process_batch(context, session, manifest, write)

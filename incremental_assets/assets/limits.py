@@ -2,9 +2,10 @@
 
 from datetime import datetime, timezone
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue
 from pydantic import Field
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets.incremental import incremental_models_in_run, run_key
 from incremental_assets.logic.limits import keyhole_limits, run_limits
 from incremental_assets.resources.manifests import ManifestResource, RunRecord
@@ -30,10 +31,8 @@ def _parse(name: str, value: str) -> datetime:
     return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
 
 
-@asset(
+@spark_delta_asset(
     group_name=BASE_GROUP,
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     description="The run's state (first run, new model, out of sync, standard, keyhole) and its window "
     "[lower, upper] over the incremental assets of the run; one row per run, kept as history.",
 )
@@ -49,7 +48,7 @@ def new_event_limits(
         raise ValueError("A keyhole backfill needs both lower and upper")
     key = run_key(context)
     session = spark.session
-    record = manifest.run_record(session, key)
+    record = manifest.run_record(key)
     if record is not None:
         context.log.info(f"Re-executing run {key}: keeping its limits and its 'now' ({record.limits.now})")
     else:
@@ -58,7 +57,7 @@ def new_event_limits(
         if config.lower is not None:
             limits = keyhole_limits(_parse("lower", config.lower), _parse("upper", config.upper), now)
         else:
-            entries = manifest.entries(session)
+            entries = manifest.entries()
             limits = run_limits(
                 entries, models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
             )

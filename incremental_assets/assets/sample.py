@@ -1,8 +1,9 @@
 """atomic_events: the embedded sample stream, advanced one load batch at a time from the UI."""
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue
 from pydantic import Field
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
 from incremental_assets.environment import SAMPLE_TABLE, table_uri
 from incremental_assets.resources.spark import SparkResource
@@ -14,11 +15,9 @@ class SampleBatchConfig(Config):
     hours: int = Field(default=1, description="How many hourly load batches to append")
 
 
-@asset(
+@spark_delta_asset(
     name=SAMPLE_TABLE,
     group_name="sample",
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     description="The sample source events table (Snowplow atomic columns, partitioned by load_date). "
     "Each materialization appends the stream's next hourly load batch(es), as a loader would; the "
     "first one starts the stream.",

@@ -2,10 +2,11 @@
 
 from datetime import timedelta
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, MaterializeResult
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
 from incremental_assets.assets.limits import BASE_GROUP
 from incremental_assets.delta_tables import WriteMode
@@ -32,18 +33,16 @@ LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tst
 QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
 
 
-def this_run(context: AssetExecutionContext, spark, manifest: ManifestResource) -> RunLimits:
-    record = manifest.run_record(spark, run_key(context))
+def this_run(context: AssetExecutionContext, manifest: ManifestResource) -> RunLimits:
+    record = manifest.run_record(run_key(context))
     if record is None:
         raise ValueError("This run has no limits: new_event_limits must run first in the same run")
     return record.limits
 
 
-@asset(
+@spark_delta_asset(
     deps=["new_event_limits", "atomic_events"],
     group_name=BASE_GROUP,
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
@@ -51,7 +50,7 @@ def sessions_lifecycle_manifest(
     context: AssetExecutionContext, settings: IncrementalSettings, spark: SparkResource, manifest: ManifestResource
 ) -> MaterializeResult:
     session = spark.session
-    limits = this_run(context, session, manifest)
+    limits = this_run(context, manifest)
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, manifest.uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.in_cursor_range(source, settings.session_timestamp, limits.lower, limits.upper)
@@ -70,21 +69,19 @@ def sessions_lifecycle_manifest(
     classified.unpersist()
     changes.unpersist()
     metadata = {
-        **write_metadata(changes, uri, result),
+        **write_metadata(changes, uri, result, with_row_count=True),
         "events_in_window": sum(drops.values()),
         "eligible_events": drops.get(None, 0),
+        "null_cursor_rows": T.null_cursor_rows(source, settings.session_timestamp, limits.lower, limits.upper),
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": result.rows_inserted + result.rows_updated,
-        "dagster/row_count": delta_tables.read_table(session, uri).count(),
     }
     return MaterializeResult(metadata=metadata)
 
 
-@asset(
+@spark_delta_asset(
     deps=[LIFECYCLE],
     group_name=BASE_GROUP,
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     description="Sessions that reached max_session_days (bots): their events stop being processed, so they "
     "stop costing scans. Insert-only.",
 )
@@ -92,7 +89,7 @@ def quarantined_sessions(
     context: AssetExecutionContext, settings: IncrementalSettings, spark: SparkResource, manifest: ManifestResource
 ) -> MaterializeResult:
     session = spark.session
-    limits = this_run(context, session, manifest)
+    limits = this_run(context, manifest)
     lifecycle = read_or_empty(session, manifest.uri(LIFECYCLE), LIFECYCLE_SCHEMA)
     active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days)
     new = T.newly_quarantined(active, settings.max_session_days, limits.now)
@@ -100,10 +97,9 @@ def quarantined_sessions(
     result = delta_tables.write(session, new, uri, WriteMode.MERGE_INSERT, keys=[T.SESSION])
     return MaterializeResult(
         metadata={
-            **write_metadata(new, uri, result),
+            **write_metadata(new, uri, result, with_row_count=True),
             "sessions_newly_quarantined": result.rows_inserted,
-            "dagster/row_count": delta_tables.read_table(session, uri).count(),
-        }
+            }
     )
 
 

@@ -1,9 +1,10 @@
 """What arrived in the source events table, per load day: the rows no run can process included."""
 
-from dagster import AssetExecutionContext, MetadataValue, asset
+from dagster import AssetExecutionContext, MetadataValue
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
 from incremental_assets.atomic_events import LOAD_DATE
 from incremental_assets.environment import source_table_uri
@@ -30,11 +31,9 @@ def summarize_loads(events: DataFrame) -> DataFrame:
     )
 
 
-@asset(
+@spark_delta_asset(
     deps=["atomic_events"],
     group_name="source",
-    kinds={"spark", "delta"},
-    owners=["team:data-engineering"],
     metadata=delta_table("replace"),
     description="Per load day of the source events table: rows, rows with a null event_id or load_tstamp "
     "(which no incremental run can process), duplicate event_ids, sessions and users.",

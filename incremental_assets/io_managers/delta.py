@@ -108,8 +108,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if window is not None:
             self._record_partition_counts(context, obj.sparkSession, uri, window)
         elif not context.has_asset_partitions:
-            total = delta_tables.read_table(obj.sparkSession, uri).count()
-            context.add_output_metadata({"dagster/row_count": total})
+            context.add_output_metadata({"dagster/row_count": delta_tables.row_count(obj.sparkSession, uri)})
 
     def load_input(self, context: InputContext) -> DataFrame:
         name = context.asset_key.path[-1]
@@ -155,8 +154,11 @@ class DeltaIOManager(ConfigurableIOManager):
         context.add_output_metadata({"partitions_written": len(keys)})
 
 
-def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
+def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult, with_row_count: bool = False) -> dict[str, Any]:
+    """What a write did (Delta operation metrics, version, schema); optionally the table's row count."""
+    counted = {"dagster/row_count": delta_tables.row_count(df.sparkSession, uri)} if with_row_count else {}
     return {
+        **counted,
         "write_mode_operation": result.operation,
         "rows_inserted": result.rows_inserted,
         "rows_updated": result.rows_updated,

@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets import delta_tables, previews
@@ -70,13 +69,8 @@ class ManifestResource(ConfigurableResource):
         return table_uri(table, self.warehouse_root or warehouse_root())
 
     # -- incremental manifest ------------------------------------------------------------
-    def entries(self, spark: SparkSession) -> dict[str, ManifestEntry]:
-        uri = self.uri(INCREMENTAL_MANIFEST)
-        if not delta_tables.table_exists(spark, uri):
-            return {}
-        return {row["model"]: _entry(row.asDict()) for row in delta_tables.read_table(spark, uri).collect()}
-
-    def entries_without_jvm(self) -> dict[str, ManifestEntry]:
+    def entries(self) -> dict[str, ManifestEntry]:
+        """Read without a JVM: runs, previews and sensors alike (the table is one row per asset)."""
         rows = previews.read_rows(self.uri(INCREMENTAL_MANIFEST)) or []
         return {row["model"]: _entry(row) for row in rows}
 
@@ -86,12 +80,9 @@ class ManifestResource(ConfigurableResource):
         delta_tables.write(spark, frame, self.uri(INCREMENTAL_MANIFEST), WriteMode.UPSERT, keys=["model"])
 
     # -- per-run limits ------------------------------------------------------------------
-    def run_record(self, spark: SparkSession, run_key: str) -> RunRecord | None:
-        uri = self.uri(NEW_EVENT_LIMITS)
-        if not delta_tables.table_exists(spark, uri):
-            return None
-        row = delta_tables.read_table(spark, uri).where(F.col("run_key") == run_key).first()
-        return None if row is None else _record(row.asDict())
+    def run_record(self, run_key: str) -> RunRecord | None:
+        rows = previews.read_rows(self.uri(NEW_EVENT_LIMITS), filters=[("run_key", "=", run_key)]) or []
+        return _record(rows[0]) if rows else None
 
     def record_run(self, spark: SparkSession, record: RunRecord, run_id: str) -> None:
         limits = record.limits
@@ -104,14 +95,20 @@ class ManifestResource(ConfigurableResource):
 
 
 def _entry(row: dict) -> ManifestEntry:
-    return ManifestEntry(row["model"], row["last_success"], row["last_upper"], row["first_success"])
+    return ManifestEntry(row["model"], *(_naive(row[c]) for c in ("last_success", "last_upper", "first_success")))
 
 
 def _record(row: dict) -> RunRecord:
-    limits = RunLimits(RunState(row["state"]), row["lower_limit"], row["upper_limit"], row["now"])
+    limits = RunLimits(RunState(row["state"]), *(_naive(row[c]) for c in ("lower_limit", "upper_limit", "now")))
     return RunRecord(
-        row["run_key"], limits, tuple(row["models"] or ()), row["events_found"], row["batch_max"], row["resume_from"]
+        row["run_key"], limits, tuple(row["models"] or ()), row["events_found"],
+        _naive(row["batch_max"]), _naive(row["resume_from"]),
     )
+
+
+def _naive(moment: datetime | None) -> datetime | None:
+    """deltalake returns UTC-aware timestamps; the run logic works in naive UTC."""
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment and moment.tzinfo else moment
 
 
 def _utcnow() -> datetime:

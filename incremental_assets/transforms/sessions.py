@@ -15,7 +15,7 @@ from incremental_assets.settings import IncrementalSettings
 
 SESSION = "session_identifier"
 USER = "user_identifier"
-LIFECYCLE_COLUMNS = [SESSION, USER, "start_tstamp", "end_tstamp", "start_date"]
+COPIES = "_copies"
 
 
 def identifier(columns: list[str], sql: str | None) -> Column:
@@ -60,6 +60,15 @@ def in_cursor_range(source: DataFrame, ts: str, lower: datetime, upper: datetime
         if ts == "load_tstamp":
             rows = rows.where(F.col(LOAD_DATE) <= F.lit(upper.date()))
     return rows
+
+
+def null_cursor_rows(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> int:
+    """Rows no window can ever hold (null cursor), among those loaded in the window's days."""
+    rows = source.where(F.col(ts).isNull())
+    if LOAD_DATE in source.columns:
+        loaded = F.col(LOAD_DATE).between(F.lit(lower.date()), F.lit(upper.date()))
+        rows = rows.where(loaded | F.col(LOAD_DATE).isNull())
+    return rows.count()
 
 
 def classify_window(window: DataFrame, quarantined: DataFrame, settings: IncrementalSettings) -> DataFrame:
@@ -150,6 +159,7 @@ def session_events(source: DataFrame, sessions: DataFrame, settings: Incremental
     """All events of this run's sessions within their caps, one row per event_id.
 
     The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
+    COPIES counts how many rows shared the event_id (1: no duplicate).
     """
     ts = settings.session_timestamp
     bounds = sessions.agg(F.min("start_tstamp").alias("lo"), F.max("end_tstamp").alias("hi")).first()
@@ -164,5 +174,11 @@ def session_events(source: DataFrame, sessions: DataFrame, settings: Incremental
     in_session = events.join(s, SESSION).where(
         (F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + cap)
     )
-    first = Window.partitionBy("event_id").orderBy(F.col(ts).asc(), F.col("dvce_created_tstamp").asc_nulls_last())
-    return in_session.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop("_n", "_start")
+    by_id = Window.partitionBy("event_id")
+    first = by_id.orderBy(F.col(ts).asc(), F.col("dvce_created_tstamp").asc_nulls_last())
+    return (
+        in_session.withColumn("_n", F.row_number().over(first))
+        .withColumn(COPIES, F.count(F.lit(1)).over(by_id))
+        .where(F.col("_n") == 1)
+        .drop("_n", "_start")
+    )

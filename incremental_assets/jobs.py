@@ -1,0 +1,23 @@
+"""The jobs: one incremental run, and the sample loader."""
+
+from dagster import AssetSelection, define_asset_job
+
+from incremental_assets.assets.limits import BASE_GROUP
+from incremental_assets.assets.sample import atomic_events
+from incremental_assets.incremental import INCREMENTAL_GROUP, INCREMENTAL_JOB
+
+# Runs of the incremental job queue behind each other (dagster.yaml limits this tag to 1).
+INCREMENTAL_RUN_TAGS = {"incremental_assets/run": "incremental"}
+
+incremental_job = define_asset_job(
+    INCREMENTAL_JOB,
+    selection=AssetSelection.groups(BASE_GROUP, INCREMENTAL_GROUP),
+    tags=INCREMENTAL_RUN_TAGS,
+    description="One incremental run: limits, session layer, events this run, then the incremental assets.",
+)
+
+sample_load_job = define_asset_job(
+    "sample_load_job",
+    selection=AssetSelection.assets(atomic_events),
+    description="Append the next hourly load batch(es) of the sample stream to atomic_events.",
+)

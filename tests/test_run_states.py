@@ -1,0 +1,103 @@
+"""State 2 (a new incremental asset backfills while the others skip), state 3 (a failed asset makes
+the next run sync), and an incremental asset materialized outside its job."""
+
+import pytest
+from dagster import DagsterInstance, Failure, materialize
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from incremental_assets import delta_tables
+from incremental_assets.assets.sessions import sessions
+from incremental_assets.definitions import build_definitions
+from incremental_assets.incremental import INCREMENTAL_JOB, incremental_asset
+from incremental_assets.loader import write_events
+from incremental_assets.logic.limits import RunLimits
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.sample.stream import events_frame
+from incremental_assets.settings import IncrementalSettings
+from tests.test_session_layer import FIRST_LOADS, NOW, SETTINGS, t
+
+FAIL_FLAG = {"fail": False}
+
+
+@incremental_asset(write_mode="upsert", keys=["user_identifier"])
+def events_per_user(events: DataFrame, limits: RunLimits) -> DataFrame:
+    """A custom incremental asset, declared the way users declare theirs."""
+    if FAIL_FLAG["fail"]:
+        raise RuntimeError("forced failure")
+    return events.groupBy("user_identifier").agg(F.count("event_id").alias("events"))
+
+
+@pytest.fixture
+def runner(spark, warehouse, monkeypatch, tmp_path):
+    source = str(tmp_path / "source_events")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
+    write_events(spark, events_frame(spark, FIRST_LOADS), source, "append")
+    instance = DagsterInstance.ephemeral()
+    FAIL_FLAG["fail"] = False
+
+    def run(*extra):
+        defs = build_definitions(IncrementalSettings(**SETTINGS), extra_incremental=extra)
+        result = defs.resolve_job_def(INCREMENTAL_JOB).execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"ops": {"new_event_limits": {"config": {"now": NOW}}}},
+        )
+        metadata = {
+            e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events()
+        }
+        return result.success, metadata
+
+    def manifest():
+        rows = delta_tables.read_table(spark, f"{warehouse}/incremental_manifest").collect()
+        return {r.model: r.last_success for r in rows}
+
+    return run, manifest
+
+
+def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner):
+    run, manifest = runner
+    run()
+    run()
+    assert manifest() == {"filtered_events": t("01-02 12:00"), "sessions": t("01-02 12:00")}
+
+    ok, meta = run(events_per_user)  # state 2: [start_date, least(max_ls, start_date + 1 day)]
+    assert ok
+    limits = meta["new_event_limits"]
+    assert (limits["run_state"], limits["lower_limit"], limits["upper_limit"]) == (
+        "new_model", "2021-01-01 00:00:00", "2021-01-02 00:00:00")
+    assert meta["filtered_events"]["skipped"] == meta["sessions"]["skipped"] == "already ahead of this run's window"
+    assert manifest() == {
+        "filtered_events": t("01-02 12:00"), "sessions": t("01-02 12:00"), "events_per_user": t("01-01 12:00")
+    }
+
+    ok, meta = run(events_per_user)  # out of sync: the new asset catches up to the others
+    assert (meta["new_event_limits"]["run_state"], meta["new_event_limits"]["lower_limit"]) == (
+        "out_of_sync", "2021-01-01 06:00:00")
+    assert manifest()["events_per_user"] == t("01-02 12:00")
+
+    FAIL_FLAG["fail"] = True
+    ok, meta = run(events_per_user)  # standard run in which one asset fails
+    assert not ok and meta["new_event_limits"]["run_state"] == "standard"
+    assert manifest() == {
+        "filtered_events": t("01-03 12:00"), "sessions": t("01-03 12:00"), "events_per_user": t("01-02 12:00")
+    }
+
+    FAIL_FLAG["fail"] = False
+    ok, meta = run(events_per_user)
+    assert ok
+    limits = meta["new_event_limits"]
+    assert (limits["run_state"], limits["lower_limit"], limits["upper_limit"]) == (
+        "out_of_sync", "2021-01-02 06:00:00", "2021-01-03 12:00:00")
+    assert len(set(manifest().values())) == 1
+
+
+def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resource, warehouse):
+    with pytest.raises(Failure, match=f"materialize it with the job '{INCREMENTAL_JOB}'"):
+        materialize(
+            [sessions],
+            resources={
+                "spark": spark_resource, "manifest": ManifestResource(),
+                "settings": IncrementalSettings(**SETTINGS),
+            },
+        )

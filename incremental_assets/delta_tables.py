@@ -136,6 +136,24 @@ def last_commit(spark: SparkSession, uri: str) -> WriteResult:
     return WriteResult(entry["version"], entry["operation"], metrics, entry.get("userMetadata"))
 
 
+def create_with_change_feed(spark: SparkSession, uri: str, schema: T.StructType, partition_by: Sequence[str]) -> None:
+    """Create an empty table that records its change data feed (idempotent), so the rows a
+    MERGE inserted can be read back exactly by version."""
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
+    if partition_by:
+        builder = builder.partitionedBy(*partition_by)
+    builder.property("delta.enableChangeDataFeed", "true").execute()
+
+
+def inserted_rows(spark: SparkSession, uri: str, version: int) -> DataFrame:
+    """The rows that the commit `version` inserted (from the change data feed)."""
+    changes = (
+        spark.read.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", version).option("endingVersion", version).load(uri)
+    )
+    return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
+
+
 def row_count(spark: SparkSession, uri: str) -> int:
     """Rows in the table, from the file statistics in its log where deltalake can read them."""
     try:

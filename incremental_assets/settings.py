@@ -50,6 +50,9 @@ class IncrementalSettings(ConfigurableResource):
     )
     user_identifier_sql: str | None = Field(default=None, description="Or a Spark SQL expression for the user id")
 
+    def setup_for_execution(self, context) -> None:
+        self.validate_all()  # launchpad overrides fail at run start, before any Spark work
+
     @property
     def start(self) -> date:
         return date.fromisoformat(self.start_date)

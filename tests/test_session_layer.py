@@ -19,6 +19,7 @@ import pytest
 from dagster import DagsterInstance
 
 from incremental_assets import delta_tables
+from incremental_assets.delta_tables import inserted_rows
 from incremental_assets.definitions import build_definitions
 from incremental_assets.incremental import INCREMENTAL_JOB
 from incremental_assets.loader import write_events
@@ -114,7 +115,7 @@ def both(last_success, last_upper=None):
     return {"filtered_events": (last_success, last_upper), "sessions": (last_success, last_upper)}
 
 
-def test_six_runs_over_hand_written_events(pipeline):
+def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
     run, load, table, manifest, snapshot = pipeline
 
     first = run()
@@ -141,6 +142,8 @@ def test_six_runs_over_hand_written_events(pipeline):
     assert second["new_event_limits"]["run_state"] == "standard"
     assert manifest() == both(t("01-02 12:00"))
     assert (second["filtered_events"]["new_events"], second["filtered_events"]["already_stored"]) == (3, 3)
+    new_rows = inserted_rows(spark, f"{warehouse}/filtered_events", second["filtered_events"]["new_events_version"])
+    assert sorted(r.event_id for r in new_rows.collect()) == ["a3", "b2", "c1"]
 
     load(LATE_COMMITTED)
     third = run()

@@ -111,6 +111,7 @@ def filtered_events(
         uri = manifest.uri(FILTERED_EVENTS)
         if floor is None:
             return {"new_events": 0, "before_start_date_dropped": counts["before_start_date"]}
+        delta_tables.create_with_change_feed(session, uri, rows.schema, ["event_date"])
         result = delta_tables.write(
             session, rows, uri, WriteMode.MERGE_INSERT, keys=["event_id"], partition_by=["event_date"],
             merge_floor=("event_date", floor - timedelta(days=settings.upsert_lookback_days)),
@@ -122,6 +123,8 @@ def filtered_events(
             "filtered_out_by_event_name": batch.record.events_found - counts["selected"],
             "before_start_date_dropped": counts["before_start_date"],
             "new_events": result.rows_inserted,
+            # read them back with delta_tables.inserted_rows(spark, uri, new_events_version)
+            "new_events_version": result.version,
             # events of re-processed sessions, and duplicates of stored events loaded again
             "already_stored": offered - result.rows_inserted,
         }

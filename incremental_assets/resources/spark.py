@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 from pyspark.sql import SparkSession
 
@@ -126,14 +126,9 @@ class SparkResource(ConfigurableResource):
 
     _session: SparkSession | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        started = time.perf_counter()
-        session = self.session
-        if context.log:
-            context.log.info(f"Spark {session.version} ready in {time.perf_counter() - started:.1f}s")
-
     @property
     def session(self) -> SparkSession:
+        """Started on first use, so a step that fails its checks first never pays for a JVM."""
         if self._session is None:
             self._session = build_spark_session(
                 master=self.master,

@@ -7,14 +7,15 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup demo test ui clean
 
+# Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
+# Maven Central into .cache/, a quick no-op after) and the Dagster home.
 setup: $(STAMP)
+	$(BIN)/incremental-assets setup
 
-# Packages, then the Delta jars (once, from Maven Central, into .cache/), then the Dagster home.
-$(STAMP): pyproject.toml dagster.yaml
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test]"
-	$(BIN)/incremental-assets setup
 	touch $(STAMP)
 
 demo: setup

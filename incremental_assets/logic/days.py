@@ -1,0 +1,107 @@
+"""Which event days to (re)aggregate after a run (SPEC §7.2), on plain Python values.
+
+A day's new rows are *fresh* when any was loaded on the day itself; otherwise they are *late*
+and wait in `pending_late_events` until there are `min_rows_to_process` of them, within the
+`reprocess_days` horizon. FIXes over the seed: recomputing a day resets its pending count; the
+horizon is a date window (fresh days are never dropped); pending events beyond the horizon stay
+counted, with status `beyond_horizon`, for a partition backfill to apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from typing import Iterable, Mapping
+
+PROCESSED = "processed"
+TO_PROCESS = "to_process"
+DEFERRED = "deferred"
+BEYOND_HORIZON = "beyond_horizon"
+
+
+@dataclass(frozen=True)
+class DayArrivals:
+    """The rows of one event day that a run newly inserted into filtered_events."""
+
+    day: date
+    rows: int
+    late_rows: int  # loaded on another day than the event day
+    max_load_tstamp: datetime
+    max_delay_hours: float
+
+    @property
+    def fresh(self) -> bool:
+        return self.rows > self.late_rows
+
+
+@dataclass(frozen=True)
+class DayStatus:
+    """One row of the daily aggregation manifest."""
+
+    event_date: date
+    processed_events: int = 0
+    pending_late_events: int = 0
+    late_events_total: int = 0
+    max_load_tstamp: datetime | None = None
+    max_delay_hours: float = 0.0
+    status: str = TO_PROCESS
+    last_processed_at: datetime | None = None
+    last_run_id: str | None = None
+
+
+def horizon(upper: datetime, reprocess_days: int) -> date:
+    """The earliest day late data is still applied to automatically."""
+    return upper.date() - timedelta(days=reprocess_days)
+
+
+def days_to_process(
+    arrivals: Iterable[DayArrivals],
+    manifest: Mapping[date, DayStatus],
+    upper: datetime,
+    start_date: date,
+    reprocess_days: int,
+    min_rows_to_process: int,
+    run_id: str,
+) -> dict[date, DayStatus]:
+    """The manifest rows this run changes, each with its new status."""
+    earliest = horizon(upper, reprocess_days)
+    changed = {}
+    for arrival in arrivals:
+        if arrival.day < start_date or arrival.rows == 0:
+            continue
+        known = manifest.get(arrival.day)
+        entry = known or DayStatus(arrival.day)
+        pending = entry.pending_late_events + (0 if arrival.fresh else arrival.rows)
+        entry = replace(
+            entry,
+            pending_late_events=pending,
+            late_events_total=entry.late_events_total + arrival.late_rows,
+            max_load_tstamp=max(t for t in (entry.max_load_tstamp, arrival.max_load_tstamp) if t is not None),
+            max_delay_hours=max(entry.max_delay_hours, arrival.max_delay_hours),
+            last_run_id=run_id,
+        )
+        if known is None or arrival.fresh or (pending >= min_rows_to_process and arrival.day >= earliest):
+            status = TO_PROCESS
+        elif arrival.day < earliest:
+            status = BEYOND_HORIZON
+        else:
+            status = DEFERRED
+        changed[arrival.day] = replace(entry, status=status)
+    return changed
+
+
+def mark_processed(entry: DayStatus, events: int, processed_at: datetime, run_id: str) -> DayStatus:
+    """A day recomputed whole from filtered_events: everything pending is now applied."""
+    return replace(
+        entry,
+        processed_events=events,
+        pending_late_events=0,
+        status=PROCESSED,
+        last_processed_at=processed_at,
+        last_run_id=run_id,
+    )
+
+
+def stranded(manifest: Mapping[date, DayStatus]) -> list[DayStatus]:
+    """Days whose late events will not be applied automatically (an asset check warns on these)."""
+    return sorted((d for d in manifest.values() if d.status == BEYOND_HORIZON), key=lambda d: d.event_date)

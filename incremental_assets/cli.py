@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     _settings_arguments(preview)
     preview.set_defaults(command=_preview)
 
+    backfill = commands.add_parser("backfill", help="recompute daily_aggregates for a range of days (one run)")
+    _settings_arguments(backfill)
+    backfill.add_argument("--start", required=True, type=date.fromisoformat, help="first day (YYYY-MM-DD)")
+    backfill.add_argument("--end", required=True, type=date.fromisoformat, help="last day, inclusive")
+    backfill.set_defaults(command=_backfill)
+
     show = commands.add_parser("show", help="print a table of the warehouse (no JVM)")
     show.add_argument("table")
     show.add_argument("--limit", type=int, default=20)
@@ -97,6 +103,16 @@ def _run(args) -> int:
         print(f"error: run {failed[0]} failed; see it in the Dagster UI (make ui)", file=sys.stderr)
         return 1
     return 0
+
+
+def _backfill(args) -> int:
+    from incremental_assets.runner import run_days
+
+    if args.end < args.start:
+        raise ValueError(f"--end ({args.end}) is before --start ({args.start})")
+    summary = run_days(_settings(args), args.start, args.end)
+    print(f"daily_aggregates {args.start} .. {args.end}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
+    return 0 if summary.success else 1
 
 
 def _preview(args) -> None:

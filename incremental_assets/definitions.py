@@ -6,17 +6,19 @@ JVM instead of one per step (see README, "Measured").
 
 from dagster import Definitions, in_process_executor
 
+from incremental_assets.assets.daily import attributes, build_daily_assets, daily_aggregation_manifest
 from incremental_assets.assets.events import events_this_run, filtered_events
 from incremental_assets.assets.limits import new_event_limits
 from incremental_assets.assets.sample import atomic_events
 from incremental_assets.assets.sessions import quarantined_sessions, sessions, sessions_lifecycle_manifest
 from incremental_assets.assets.source import source_load_summary
+from incremental_assets.checks import late_events_stranded_beyond_horizon
 from incremental_assets.io_managers.delta import DeltaIOManager
-from incremental_assets.jobs import incremental_job, sample_load_job
+from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.schedules import hourly_incremental_schedule
-from incremental_assets.sensors import source_events_sensor
+from incremental_assets.sensors import daily_partitions_sensor, source_events_sensor
 from incremental_assets.settings import load_settings
 
 base_chain = [new_event_limits, sessions_lifecycle_manifest, quarantined_sessions, events_this_run]
@@ -25,16 +27,19 @@ incremental = [filtered_events, sessions]
 
 def build_definitions(settings=None, extra_incremental=()) -> Definitions:
     """The project's definitions; `extra_incremental` adds assets declared with @incremental_asset."""
+    settings = settings or load_settings()
+    daily = [daily_aggregation_manifest, build_daily_assets(settings.start), attributes]
     return Definitions(
-        assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental],
-        jobs=[incremental_job, sample_load_job],
+        assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
+        jobs=[incremental_job, daily_job, sample_load_job],
         schedules=[hourly_incremental_schedule],
-        sensors=[source_events_sensor],
+        sensors=[source_events_sensor, daily_partitions_sensor],
+        asset_checks=[late_events_stranded_beyond_horizon],
         resources={
             "spark": SparkResource(),
             "io_manager": DeltaIOManager(),
             "manifest": ManifestResource(),
-            "settings": settings or load_settings(),
+            "settings": settings,
         },
         executor=in_process_executor,
     )

@@ -18,6 +18,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
 class WriteMode(str, Enum):
     REPLACE = "replace"
     APPEND = "append"
@@ -113,7 +116,7 @@ def write(
         else:
             df = df.dropDuplicates(list(keys))
         if table_exists(spark, uri):
-            return _merge(spark, df, uri, keys, update=mode is WriteMode.UPSERT, floor=merge_floor)
+            return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, user_metadata)
         return _save(df, uri, "overwrite", partition_by, user_metadata=user_metadata)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
@@ -145,11 +148,11 @@ def create_with_change_feed(spark: SparkSession, uri: str, schema: T.StructType,
     builder.property("delta.enableChangeDataFeed", "true").execute()
 
 
-def inserted_rows(spark: SparkSession, uri: str, version: int) -> DataFrame:
-    """The rows that the commit `version` inserted (from the change data feed)."""
+def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int | None = None) -> DataFrame:
+    """The rows that commits `version`..`last_version` (default: just `version`) inserted."""
     changes = (
         spark.read.format("delta").option("readChangeFeed", "true")
-        .option("startingVersion", version).option("endingVersion", version).load(uri)
+        .option("startingVersion", version).option("endingVersion", last_version or version).load(uri)
     )
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -194,7 +197,13 @@ def _save(
 
 
 def _merge(
-    spark: SparkSession, df: DataFrame, uri: str, keys: Sequence[str], update: bool, floor: tuple[str, date] | None
+    spark: SparkSession,
+    df: DataFrame,
+    uri: str,
+    keys: Sequence[str],
+    update: bool,
+    floor: tuple[str, date] | None,
+    user_metadata: str | None,
 ) -> WriteResult:
     condition = F.expr(" AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys))
     if floor is not None:
@@ -204,7 +213,14 @@ def _merge(
     merge = table.alias("t").merge(df.alias("s"), condition)
     if update:
         merge = merge.whenMatchedUpdateAll()
-    merge.whenNotMatchedInsertAll().execute()
+    # A MERGE takes its commit's userMetadata from the session, not from a writer option.
+    if user_metadata:
+        spark.conf.set(USER_METADATA_CONF, user_metadata)
+    try:
+        merge.whenNotMatchedInsertAll().execute()
+    finally:
+        if user_metadata:
+            spark.conf.unset(USER_METADATA_CONF)
     after = last_commit(spark, uri)
     # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
     return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")

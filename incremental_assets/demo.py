@@ -13,7 +13,9 @@ DEMO_OVERRIDES = {"backfill_limit_days": 2}
 TABLES = (
     "atomic_events", "incremental_manifest", "new_event_limits", "sessions_lifecycle_manifest",
     "quarantined_sessions", "events_this_run", "filtered_events", "sessions",
+    "daily_aggregation_manifest", "daily_aggregates", "attributes",
 )
+SHOWN_ATTRIBUTES = ("attribute_key", "page_views", "page_views_7d", "sessions_7d", "last_page_url", "distinct_apps")
 
 
 def run_demo() -> None:
@@ -49,7 +51,24 @@ def _print_tables() -> None:
     print("\nincremental_manifest:")
     for row in sorted(manifest, key=lambda r: r["model"]):
         print(f"  {row['model']:<16} last_success {row['last_success']}  last_upper {row['last_upper']}")
+    days = read_rows(environment.table_uri("daily_aggregation_manifest")) or []
+    print("\ndaily_aggregation_manifest:")
+    print(f"  {'event_date':<12}{'status':<16}{'processed':>10}{'pending late':>14}{'late total':>12}")
+    for row in sorted(days, key=lambda r: r["event_date"]):
+        print(
+            f"  {str(row['event_date']):<12}{row['status']:<16}{row['processed_events']:>10}"
+            f"{row['pending_late_events']:>14}{row['late_events_total']:>12}"
+        )
+    attributes = read_rows(environment.table_uri("attributes"), columns=list(SHOWN_ATTRIBUTES)) or []
+    print(f"\nattributes (5 of {len(attributes)} users):")
+    for row in sorted(attributes, key=lambda r: -(r["page_views"] or 0))[:5]:
+        print("  " + "  ".join(f"{name}={_short(row[name])}" for name in SHOWN_ATTRIBUTES))
     print("\nDelta tables:")
     for name in TABLES:
         uri = environment.table_uri(name)
         print(f"  {name:<28} {row_count(uri):>8} rows  version {table_version(uri)}")
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."

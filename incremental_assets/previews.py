@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from deltalake import DeltaTable
@@ -22,6 +23,22 @@ def table_version(uri: str) -> int | None:
         return DeltaTable(uri).version()
     except TableNotFoundError:
         return None
+
+
+def latest_marker(uri: str, key: str) -> Any:
+    """`key` from the newest commit whose userMetadata (JSON) carries it, or None."""
+    try:
+        history = DeltaTable(uri).history()
+    except TableNotFoundError:
+        return None
+    for commit in history:  # newest first
+        try:
+            marker = json.loads(commit.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if isinstance(marker, dict) and marker.get(key) is not None:
+            return marker[key]
+    return None
 
 
 def row_count(uri: str) -> int | None:

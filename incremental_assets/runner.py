@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import DagsterInstance
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from incremental_assets import environment
 from incremental_assets.incremental import INCREMENTAL_JOB
+from incremental_assets.jobs import DAILY_JOB
+from incremental_assets.logic.days import TO_PROCESS, DayArrivals, contiguous_ranges, days_to_process
 from incremental_assets.logic.limits import RunLimits, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.settings import IncrementalSettings
@@ -25,6 +28,8 @@ class RunSummary:
     run_id: str
     success: bool
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    daily_runs: list["RunSummary"] = field(default_factory=list)
+    days: list[str] = field(default_factory=list)
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -43,13 +48,34 @@ class RunSummary:
             f"new events {self.value('filtered_events', 'new_events', 0):>6}",
             f"already stored {self.value('filtered_events', 'already_stored', 0):>5}",
             f"sessions quarantined {self.value('quarantined_sessions', 'sessions_newly_quarantined', 0)}",
+            f"days recomputed {sum(len(r.days) for r in self.daily_runs)}",
         ]
         return "  ".join(parts)
 
 
 def settings_run_config(settings: IncrementalSettings) -> dict[str, Any]:
-    values = {name: getattr(settings, name) for name in IncrementalSettings.model_fields}
-    return {"resources": {"settings": {"config": values}}}
+    return {"resources": {"settings": {"config": settings.model_dump(include=set(IncrementalSettings.model_fields))}}}
+
+
+def _instance(instance: DagsterInstance | None) -> DagsterInstance:
+    if instance is not None:
+        return instance
+    environment.dagster_home()
+    return DagsterInstance.get()
+
+
+def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=None, tags=None) -> RunSummary:
+    from incremental_assets.definitions import defs
+
+    config = {**settings_run_config(settings), **(run_config or {})}
+    result = defs.resolve_job_def(job_name).execute_in_process(
+        run_config=config, instance=instance, raise_on_error=False, tags=tags
+    )
+    metadata = {}
+    for event in result.get_asset_materialization_events():
+        values = {k: v.value for k, v in event.materialization.metadata.items()}
+        metadata.setdefault(event.asset_key.path[-1], {}).update(values)
+    return RunSummary(result.run_id, result.success, metadata)
 
 
 def run_incremental(
@@ -59,23 +85,29 @@ def run_incremental(
     now: str | None = None,
     instance: DagsterInstance | None = None,
 ) -> RunSummary:
-    """One run of the incremental job in this process, recorded in the Dagster instance."""
-    from incremental_assets.definitions import defs
-
+    """One run of the incremental job in this process, then the daily partitions it marked."""
+    instance = _instance(instance)
     limits_config = {k: v for k, v in {"lower": lower, "upper": upper, "now": now}.items() if v is not None}
-    run_config = settings_run_config(settings)
-    run_config["ops"] = {"new_event_limits": {"config": limits_config}}
-    if instance is None:
-        environment.dagster_home()
-        instance = DagsterInstance.get()
-    result = defs.resolve_job_def(INCREMENTAL_JOB).execute_in_process(
-        run_config=run_config, instance=instance, raise_on_error=False
-    )
-    metadata = {
-        event.asset_key.path[-1]: {k: v.value for k, v in event.materialization.metadata.items()}
-        for event in result.get_asset_materialization_events()
-    }
-    return RunSummary(result.run_id, result.success, metadata)
+    summary = _execute(INCREMENTAL_JOB, settings, instance, {"ops": {"new_event_limits": {"config": limits_config}}})
+    if summary.success:
+        summary.daily_runs = process_marked_days(settings, instance)
+        summary.success = all(run.success for run in summary.daily_runs)
+    return summary
+
+
+def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None) -> RunSummary:
+    """daily_aggregates for the days [first, last] in one run (one Spark session), then attributes."""
+    from incremental_assets.assets.daily import day_range, days_window_tags
+
+    summary = _execute(DAILY_JOB, settings, _instance(instance), tags=days_window_tags(first, last))
+    summary.days = [d.isoformat() for d in day_range(first, last)]
+    return summary
+
+
+def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
+    """What the daily sensor does, in-process: one run per range of days marked to_process."""
+    marked = [day for day, status in ManifestResource().days().items() if status.status == TO_PROCESS]
+    return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(marked)]
 
 
 def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -> list[RunSummary]:
@@ -94,32 +126,74 @@ def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -
 class Preview:
     limits: RunLimits
     models: list[str]
+    window_events: int
     new_events: int
-    event_days: list[str]
+    days_to_recompute: list[str]
 
     def describe(self) -> str:
-        lines = [*self.limits.log_lines, f"Incremental assets: {', '.join(self.models)}"]
-        lines.append(f"Source events in the window: {self.new_events}")
-        lines.append(f"Event days they fall on: {', '.join(self.event_days) or 'none'}")
-        return "\n".join(lines)
+        return "\n".join(
+            [
+                *self.limits.log_lines,
+                f"Incremental assets: {', '.join(self.models)}",
+                f"Source events in the window: {self.window_events} ({self.new_events} not yet in filtered_events)",
+                f"Days that would be recomputed: {', '.join(self.days_to_recompute) or 'none'}",
+            ]
+        )
 
 
 def preview(settings: IncrementalSettings, now: datetime | None = None) -> Preview:
-    """The next run's state, limits, new events and days, read without Spark and writing nothing."""
+    """The next run's state, limits, new events and days to recompute: read without Spark, no writes.
+
+    New events are the window's events whose event_id filtered_events does not hold yet; the days
+    follow from them by the day-selection rule (before session completion and filters, so an
+    estimate that errs on the side of showing a day)."""
     from incremental_assets.definitions import incremental
 
     models = sorted(asset.key.path[-1] for asset in incremental)
     now = now or datetime.now(timezone.utc).replace(tzinfo=None)
-    entries = ManifestResource().entries()
+    manifest = ManifestResource()
     limits = run_limits(
-        entries, models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
+        manifest.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
     )
     source = DeltaTable(environment.source_table_uri()).to_pyarrow_dataset()
     ts = pc.field(settings.session_timestamp)
-    in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper))
-    table = source.to_table(columns=["derived_tstamp"], filter=in_window)
-    days = sorted({str(d.date()) for d in table.column("derived_tstamp").to_pylist() if d is not None})
-    return Preview(limits, models, table.num_rows, days)
+    in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
+    window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
+    stored = _stored_event_ids(manifest.uri("filtered_events"), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
+    new = [r for r in window if r["event_id"] not in stored and r["derived_tstamp"] is not None]
+    changed = days_to_process(
+        _arrivals(new), manifest.days(), limits.upper, settings.start, settings.reprocess_days,
+        settings.min_rows_to_process, "preview",
+    )
+    days = sorted(str(d) for d, status in changed.items() if status.status == TO_PROCESS)
+    return Preview(limits, models, len(window), len(new), days)
+
+
+def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
+    if not days:
+        return set()
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError:
+        return set()
+    ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
+    return set(ids.column("event_id").to_pylist())
+
+
+def _arrivals(rows: list[dict]) -> list[DayArrivals]:
+    by_day: dict[date, list[dict]] = {}
+    for row in rows:
+        by_day.setdefault(row["derived_tstamp"].date(), []).append(row)
+    return [
+        DayArrivals(
+            day,
+            len(group),
+            sum(1 for r in group if r["load_tstamp"].date() != day),
+            max(r["load_tstamp"] for r in group).replace(tzinfo=None),
+            max((r["load_tstamp"] - r["derived_tstamp"]).total_seconds() / 3600 for r in group),
+        )
+        for day, group in by_day.items()
+    ]
 
 
 def _utc(moment: datetime) -> pa.Scalar:

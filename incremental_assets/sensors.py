@@ -10,7 +10,10 @@ from dagster import (
     sensor,
 )
 
-from incremental_assets.jobs import incremental_job
+from incremental_assets.assets.daily import days_window_tags
+from incremental_assets.jobs import daily_job, incremental_job
+from incremental_assets.logic.days import TO_PROCESS, contiguous_ranges
+from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
 from incremental_assets.environment import source_table_uri
 from incremental_assets.previews import table_version
 
@@ -34,3 +37,22 @@ def source_events_sensor(context: SensorEvaluationContext):
         return SkipReason(f"Run {active[0].run_id} is still processing; the next check will pick up version {version}")
     context.update_cursor(str(version))
     return RunRequest(run_key=f"source-version-{version}")
+
+
+@sensor(
+    job=daily_job,
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Requests daily_aggregates runs for the days the daily aggregation manifest marks "
+    "to_process: one run per range of consecutive days, each request made once.",
+)
+def daily_partitions_sensor(context: SensorEvaluationContext):
+    manifest = ManifestResource()
+    version = table_version(manifest.uri(DAILY_MANIFEST))
+    days = [d for d, status in manifest.days().items() if status.status == TO_PROCESS]
+    if not days:
+        return SkipReason("No day is marked to_process")
+    return [
+        RunRequest(run_key=f"daily-{first}-{last}-manifest-v{version}", tags=days_window_tags(first, last))
+        for first, last in contiguous_ranges(days)
+    ]

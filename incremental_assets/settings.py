@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
-from dagster import ConfigurableResource
+from dagster import Config, ConfigurableResource
 from pydantic import Field
+
+from incremental_assets.attributes import (
+    AGGREGATIONS,
+    SAMPLE_ATTRIBUTES,
+    AttributeDefinitionError,
+    AttributeSpec,
+    parse_attributes,
+)
 
 ENV_PREFIX = "INCREMENTAL_ASSETS_"
 SESSION_TIMESTAMPS = ("load_tstamp", "collector_tstamp")
@@ -23,6 +31,29 @@ DEFAULT_START_DATE = "2020-01-01"
 
 class SettingsError(ValueError):
     """One or more variables are out of range; the message names each and its allowed values."""
+
+
+class ConditionConfig(Config):
+    column: str
+    op: str = Field(description="=, !=, >, >=, <, <=, in, not_null")
+    value: str | None = None
+    values: list[str] = Field(default_factory=list, description="For op 'in'")
+
+
+class AttributeConfig(Config):
+    name: str
+    aggregation: str = Field(description=", ".join(AGGREGATIONS))
+    property: str | None = None
+    event_names: list[str] = Field(default_factory=list)
+    conditions: list[ConditionConfig] = Field(default_factory=list)
+    period: str = Field(default="lifetime", description="lifetime or 'last N days'")
+
+    def as_definition(self) -> dict:
+        definition = self.model_dump(exclude={"conditions"})
+        definition["conditions"] = [
+            {"column": c.column, "op": c.op, "value": c.values if c.op == "in" else c.value} for c in self.conditions
+        ]
+        return definition
 
 
 class IncrementalSettings(ConfigurableResource):
@@ -49,6 +80,13 @@ class IncrementalSettings(ConfigurableResource):
         default_factory=lambda: ["domain_userid"], description="User id: first non-null of these columns"
     )
     user_identifier_sql: str | None = Field(default=None, description="Or a Spark SQL expression for the user id")
+    attribute_key: str = Field(default="user_identifier", description="filtered_events column attributes are per")
+    attributes: list[AttributeConfig] = Field(
+        default_factory=lambda: [AttributeConfig(**a) for a in SAMPLE_ATTRIBUTES], description="Declared attributes"
+    )
+    attributes_reference_date: str | None = Field(
+        default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
+    )
 
     def setup_for_execution(self, context) -> None:
         self.validate_all()  # launchpad overrides fail at run start, before any Spark work
@@ -57,9 +95,15 @@ class IncrementalSettings(ConfigurableResource):
     def start(self) -> date:
         return date.fromisoformat(self.start_date)
 
+    def attribute_specs(self) -> list[AttributeSpec]:
+        return parse_attributes(a.as_definition() for a in self.attributes)
+
+    def reference_day(self) -> date:
+        return date.fromisoformat(self.attributes_reference_date) if self.attributes_reference_date else _today()
+
     def validate_all(self, today: date | None = None) -> "IncrementalSettings":
         """Raise SettingsError naming every variable that is out of range."""
-        today = today or datetime.now(timezone.utc).date()
+        today = today or _today()
         problems = []
         try:
             if self.start > today:
@@ -80,9 +124,22 @@ class IncrementalSettings(ConfigurableResource):
         for name in ("session_identifiers", "user_identifiers"):
             if not getattr(self, name) and not getattr(self, name.replace("identifiers", "identifier_sql")):
                 problems.append(f"{name} must name at least one column (or set {name[:-1]}_sql)")
+        try:
+            self.attribute_specs()
+        except AttributeDefinitionError as error:
+            problems.append(f"attributes: {error}")
+        if self.attributes_reference_date:
+            try:
+                date.fromisoformat(self.attributes_reference_date)
+            except ValueError:
+                problems.append(f"attributes_reference_date must be a date YYYY-MM-DD (got {self.attributes_reference_date!r})")
         if problems:
             raise SettingsError("Invalid settings: " + "; ".join(problems))
         return self
+
+
+def _today() -> date:
+    return datetime.now(timezone.utc).date()
 
 
 def load_settings(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.resources.spark import SparkResource, build_spark_session
 
 TEST_SHUFFLE_PARTITIONS = 2
+
+# Definitions load before any fixture runs: keep them off the developer's ./warehouse and instance.
+os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = tempfile.mkdtemp(prefix="incremental-assets-tests-")
+os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
 
 
 @pytest.fixture(scope="session")

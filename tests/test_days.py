@@ -10,6 +10,7 @@ from incremental_assets.logic.days import (
     TO_PROCESS,
     DayArrivals,
     DayStatus,
+    contiguous_ranges,
     days_to_process,
     mark_processed,
     stranded,
@@ -71,3 +72,9 @@ def test_a_day_never_aggregated_is_processed_even_when_late_and_old():
 
 def test_days_before_start_date_and_days_without_rows_are_left_alone():
     assert select([arrive(date(2023, 12, 31), 4, 0), arrive(date(2024, 3, 4), 0, 0)]) == {}
+
+
+def test_contiguous_days_make_one_range_each():
+    days = [date(2024, 3, 5), date(2024, 3, 1), date(2024, 3, 2), date(2024, 3, 3), date(2024, 3, 3)]
+    assert contiguous_ranges(days) == [(date(2024, 3, 1), date(2024, 3, 3)), (date(2024, 3, 5), date(2024, 3, 5))]
+    assert contiguous_ranges([]) == []

@@ -121,7 +121,7 @@ class DeltaIOManager(ConfigurableIOManager):
         spec = TableSpec.of(upstream.definition_metadata if upstream else {}, name)
         if spec.partition_column is None:
             return df
-        window = _window(spec.partition_column, context.asset_partitions_time_window)
+        window = partition_window(spec.partition_column, context.asset_partitions_time_window)
         return df.where(window.condition(_partition_kind(df, spec.partition_column, uri)))
 
     def _output_window(self, context: OutputContext, spec: TableSpec, uri: str) -> Window | None:
@@ -129,7 +129,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if spec.write_mode is WriteMode.REPLACE_PARTITION:
             if not partitioned:
                 raise DeltaWriteError(f"replace_partition into {uri} needs a partitioned asset")
-            return _window(spec.partition_column, context.asset_partitions_time_window)
+            return partition_window(spec.partition_column, context.asset_partitions_time_window)
         if spec.write_mode is WriteMode.REPLACE and partitioned:
             raise DeltaWriteError(
                 f"Refusing to overwrite all of {uri} from a partitioned run: declare write mode "
@@ -139,19 +139,27 @@ class DeltaIOManager(ConfigurableIOManager):
 
     def _record_partition_counts(self, context: OutputContext, spark: SparkSession, uri: str, window: Window) -> None:
         """Each partition of a range write gets its own row count, not the range total."""
-        partitions_def = context.asset_partitions_def
-        if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
-            raise DeltaWriteError(f"replace_partition into {uri} needs time-window partitions")
-        counts = delta_tables.count_by(spark, uri, window.column, window)
-        keys = context.asset_partition_keys
-        for key in keys:
-            key_window = _window(window.column, partitions_def.time_window_for_partition_key(key))
-            rows = {"dagster/row_count": sum(n for value, n in counts.items() if key_window.contains(value))}
-            if len(keys) == 1:
-                context.add_output_metadata(rows)
+        counts = partition_row_counts(spark, uri, window, context.asset_partitions_def, context.asset_partition_keys)
+        for key, rows in counts.items():
+            if len(counts) == 1:
+                context.add_output_metadata({"dagster/row_count": rows})
             else:
-                context.step_context.add_asset_metadata(rows, asset_key=context.asset_key, partition_key=key)
-        context.add_output_metadata({"partitions_written": len(keys)})
+                context.step_context.add_asset_metadata(
+                    {"dagster/row_count": rows}, asset_key=context.asset_key, partition_key=key
+                )
+        context.add_output_metadata({"partitions_written": len(counts)})
+
+
+def partition_row_counts(spark: SparkSession, uri: str, window: Window, partitions_def, keys) -> dict[str, int]:
+    """Rows of the table in each time partition `keys` of `window`, from one grouped read."""
+    if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
+        raise DeltaWriteError(f"replace_partition into {uri} needs time-window partitions")
+    counts = delta_tables.count_by(spark, uri, window.column, window)
+    per_key = {}
+    for key in keys:
+        key_window = partition_window(window.column, partitions_def.time_window_for_partition_key(key))
+        per_key[key] = sum(n for value, n in counts.items() if key_window.contains(value))
+    return per_key
 
 
 def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult, with_row_count: bool = False) -> dict[str, Any]:
@@ -172,7 +180,7 @@ def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult, wi
     }
 
 
-def _window(column: str, time_window) -> Window:
+def partition_window(column: str, time_window) -> Window:
     return Window(column=column, start=time_window.start, end=time_window.end)
 
 

@@ -105,3 +105,14 @@ def mark_processed(entry: DayStatus, events: int, processed_at: datetime, run_id
 def stranded(manifest: Mapping[date, DayStatus]) -> list[DayStatus]:
     """Days whose late events will not be applied automatically (an asset check warns on these)."""
     return sorted((d for d in manifest.values() if d.status == BEYOND_HORIZON), key=lambda d: d.event_date)
+
+
+def contiguous_ranges(days: Iterable[date]) -> list[tuple[date, date]]:
+    """Days grouped into inclusive [first, last] runs of consecutive dates: one daily run each."""
+    ranges: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if ranges and day == ranges[-1][1] + timedelta(days=1):
+            ranges[-1] = (ranges[-1][0], day)
+        else:
+            ranges.append((day, day))
+    return ranges

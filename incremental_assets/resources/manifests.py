@@ -6,8 +6,9 @@ the same small tables without a JVM (deltalake).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -17,10 +18,27 @@ from pyspark.sql import types as T
 from incremental_assets import delta_tables, previews
 from incremental_assets.delta_tables import WriteMode
 from incremental_assets.environment import table_uri, warehouse_root
+from incremental_assets.logic.days import DayStatus
 from incremental_assets.logic.limits import ManifestEntry, RunLimits, RunState
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
 NEW_EVENT_LIMITS = "new_event_limits"
+DAILY_MANIFEST = "daily_aggregation_manifest"
+CONSUMED_KEY = "filtered_events_version"
+
+DAILY_SCHEMA = T.StructType(
+    [
+        T.StructField("event_date", T.DateType(), False),
+        T.StructField("processed_events", T.LongType()),
+        T.StructField("pending_late_events", T.LongType()),
+        T.StructField("late_events_total", T.LongType()),
+        T.StructField("max_load_tstamp", T.TimestampType()),
+        T.StructField("max_delay_hours", T.DoubleType()),
+        T.StructField("status", T.StringType()),
+        T.StructField("last_processed_at", T.TimestampType()),
+        T.StructField("last_run_id", T.StringType()),
+    ]
+)
 
 MANIFEST_SCHEMA = T.StructType(
     [
@@ -92,6 +110,36 @@ class ManifestResource(ConfigurableResource):
         )
         frame = spark.createDataFrame([_aware(row)], LIMITS_SCHEMA)
         delta_tables.write(spark, frame, self.uri(NEW_EVENT_LIMITS), WriteMode.UPSERT, keys=["run_key"])
+
+
+    # -- daily aggregation manifest -------------------------------------------------------
+    def days(self) -> dict[date, DayStatus]:
+        rows = previews.read_rows(self.uri(DAILY_MANIFEST)) or []
+        return {row["event_date"]: _day(row) for row in rows}
+
+    def consumed_version(self) -> int | None:
+        """The filtered_events version whose inserts the daily manifest has counted, kept in the
+        manifest's own commits so the two can never disagree after a crash."""
+        return previews.latest_marker(self.uri(DAILY_MANIFEST), CONSUMED_KEY)
+
+    def save_days(self, spark: SparkSession, days: list[DayStatus], consumed_version: int | None = None) -> None:
+        if not days:
+            # Nothing to record. Inserts that changed no day (none do: every insert is on a day
+            # >= start_date) could be read again next run and would again change nothing.
+            return
+        rows = [_aware(tuple(getattr(d, f.name) for f in DAILY_SCHEMA.fields)) for d in days]
+        marker = json.dumps({CONSUMED_KEY: consumed_version}) if consumed_version is not None else None
+        frame = spark.createDataFrame(rows, DAILY_SCHEMA)
+        delta_tables.write(
+            spark, frame, self.uri(DAILY_MANIFEST), WriteMode.UPSERT, keys=["event_date"], user_metadata=marker
+        )
+
+
+def _day(row: dict) -> DayStatus:
+    values = {f.name: row[f.name] for f in DAILY_SCHEMA.fields}
+    values["max_load_tstamp"] = _naive(values["max_load_tstamp"])
+    values["last_processed_at"] = _naive(values["last_processed_at"])
+    return DayStatus(**values)
 
 
 def _entry(row: dict) -> ManifestEntry:

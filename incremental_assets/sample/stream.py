@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-import deltalake
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.atomic_events import LOAD_DATE, SAMPLE_SCHEMA
 from incremental_assets.loader import write_events
+from incremental_assets.previews import latest_marker
 from incremental_assets.sample.generator import SampleParams, generate_events
 
 MARKER_KEY = "sample_stream"
@@ -59,16 +58,13 @@ def next_batch(
 
 
 def read_stream_state(table_uri: str) -> tuple[SampleParams, datetime] | None:
-    """The (params, loaded_until) of the newest commit that wrote the stream, or None."""
-    try:
-        history = deltalake.DeltaTable(table_uri).history()
-    except TableNotFoundError:
+    """The (params, loaded_until) of the newest commit that wrote the stream, or None.
+
+    A user's `load` into the same table carries no marker and is passed over."""
+    marker = latest_marker(table_uri, MARKER_KEY)
+    if marker is None:
         return None
-    for commit in history:  # newest first; a user's `load` into the same table carries no marker
-        marker = json.loads(commit.get("userMetadata") or "{}").get(MARKER_KEY)
-        if marker:
-            return SampleParams.from_dict(marker["params"]), datetime.fromisoformat(marker["loaded_until"])
-    return None
+    return SampleParams.from_dict(marker["params"]), datetime.fromisoformat(marker["loaded_until"])
 
 
 def events_frame(spark: SparkSession, rows: list[tuple]) -> DataFrame:

@@ -37,3 +37,21 @@ def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse)
     assert isinstance(request, RunRequest) and request.run_key == "source-version-0"
     again = source_events_sensor(build_sensor_context(instance=instance, cursor=context.cursor))
     assert isinstance(again, SkipReason) and "unchanged" in again.skip_message
+
+
+def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
+    from datetime import date
+
+    from dagster import DagsterInstance, build_sensor_context
+
+    from incremental_assets.logic.days import PROCESSED, TO_PROCESS, DayStatus
+    from incremental_assets.resources.manifests import ManifestResource
+    from incremental_assets.sensors import daily_partitions_sensor
+
+    days = [(date(2024, 3, 1), TO_PROCESS), (date(2024, 3, 2), TO_PROCESS), (date(2024, 3, 3), PROCESSED),
+            (date(2024, 3, 4), TO_PROCESS)]
+    ManifestResource().save_days(spark, [DayStatus(day, status=status) for day, status in days], consumed_version=0)
+    requests = daily_partitions_sensor(build_sensor_context(instance=DagsterInstance.ephemeral()))
+    ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
+    assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]
+    assert len({r.run_key for r in requests}) == 2 and all(r.run_key.endswith("manifest-v0") for r in requests)

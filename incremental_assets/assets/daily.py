@@ -1,10 +1,12 @@
 """The daily layer (SPEC §7): the daily aggregation manifest, daily_aggregates, attributes."""
 
+import warnings
 from datetime import date, datetime, timedelta, timezone
 
 from dagster import (
     AssetExecutionContext,
     BackfillPolicy,
+    BetaWarning,
     DailyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -88,7 +90,12 @@ def daily_aggregation_manifest(
 def build_daily_assets(start_date: date):
     """daily_aggregates is partitioned by day from the deployment's start_date (read at load)."""
     partitions = DailyPartitionsDefinition(start_date=start_date.isoformat(), timezone="UTC")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # backfill_policy is beta in Dagster 1.13
+        return _daily_aggregates(partitions)
 
+
+def _daily_aggregates(partitions: DailyPartitionsDefinition):
     @spark_delta_asset(
         name=DAILY_AGGREGATES,
         deps=[FILTERED_EVENTS, DAILY_MANIFEST],

@@ -7,7 +7,7 @@ same input (append excepted, by definition), which is what makes a crashed run s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time
 from enum import Enum
 from typing import Iterable, Sequence
 
@@ -16,6 +16,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from incremental_assets.utc import naive
 
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -52,10 +54,10 @@ class Window:
 
     def contains(self, value: date | datetime) -> bool:
         moment = value if isinstance(value, datetime) else datetime.combine(value, time.min)
-        return _naive_utc(self.start) <= moment < _naive_utc(self.end)
+        return naive(self.start) <= moment < naive(self.end)
 
     def bounds(self, kind: T.DataType) -> tuple[date | datetime, date | datetime]:
-        start, end = _naive_utc(self.start), _naive_utc(self.end)
+        start, end = naive(self.start), naive(self.end)
         if isinstance(kind, T.DateType):
             return start.date(), end.date()
         return start, end
@@ -246,8 +248,3 @@ def _refuse_duplicate_keys(df: DataFrame, keys: Sequence[str], uri: str) -> None
     if duplicate is not None:
         sample = {key: duplicate[key] for key in keys}
         raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {sample}")
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    """Spark's session time zone is UTC, so naive UTC values compare correctly with its columns."""
-    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)

@@ -19,6 +19,7 @@ from incremental_assets.logic.days import TO_PROCESS, DayArrivals, contiguous_ra
 from incremental_assets.logic.limits import RunLimits, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.utc import utcnow
 
 MAX_CATCH_UP_RUNS = 1000
 
@@ -150,7 +151,7 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     from incremental_assets.definitions import incremental
 
     models = sorted(asset.key.path[-1] for asset in incremental)
-    now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+    now = now or utcnow()
     manifest = ManifestResource()
     limits = run_limits(
         manifest.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now

@@ -1,7 +1,7 @@
 """The daily layer (SPEC §7): the daily aggregation manifest, daily_aggregates, attributes."""
 
 import warnings
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, timedelta
 
 from dagster import (
     AssetExecutionContext,
@@ -25,13 +25,12 @@ from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResou
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms.daily import attributes_from_daily, daily_partials, day_arrivals
+from incremental_assets.utc import utcnow
+
 
 DAILY_GROUP = "daily"
 DAILY_AGGREGATES = "daily_aggregates"
 
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def manifest_table(days: list[DayStatus]) -> MetadataValue:
@@ -67,7 +66,7 @@ def daily_aggregation_manifest(
     first_unread = 0 if consumed is None else consumed + 1
     arrivals = day_arrivals(delta_tables.inserted_rows(session, uri, first_unread, current))
     record = manifest.run_record(run_key(context))
-    upper = record.limits.upper if record else _utcnow()
+    upper = record.limits.upper if record else utcnow()
     changed = days_to_process(
         arrivals, manifest.days(), upper, settings.start, settings.reprocess_days,
         settings.min_rows_to_process, context.run.run_id,
@@ -131,7 +130,7 @@ def _record_days(context, manifest: ManifestResource, session, window, per_day: 
     keys = context.partition_keys
     rows = partition_row_counts(session, uri, window, context.assets_def.partitions_def, keys)
     known = manifest.days()
-    now = _utcnow()
+    now = utcnow()
     processed = []
     for key in keys:
         day = date.fromisoformat(key)

@@ -1,6 +1,6 @@
 """new_event_limits: the window of this run, decided once and kept (SPEC §4)."""
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue
 from pydantic import Field
@@ -11,6 +11,7 @@ from incremental_assets.logic.limits import keyhole_limits, run_limits
 from incremental_assets.resources.manifests import ManifestResource, RunRecord
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.utc import naive, utcnow
 
 BASE_GROUP = "incremental_base"
 
@@ -28,7 +29,7 @@ def _parse(name: str, value: str) -> datetime:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(f"{name} must be an ISO timestamp such as 2024-01-31T06:00:00 (got {value!r})") from None
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+    return naive(moment)
 
 
 @spark_delta_asset(
@@ -52,7 +53,7 @@ def new_event_limits(
     if record is not None:
         context.log.info(f"Re-executing run {key}: keeping its limits and its 'now' ({record.limits.now})")
     else:
-        now = _parse("now", config.now) if config.now else datetime.now(timezone.utc).replace(tzinfo=None)
+        now = _parse("now", config.now) if config.now else utcnow()
         models = incremental_models_in_run(context)
         if config.lower is not None:
             limits = keyhole_limits(_parse("lower", config.lower), _parse("upper", config.upper), now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -20,6 +20,8 @@ from incremental_assets.delta_tables import WriteMode
 from incremental_assets.environment import table_uri, warehouse_root
 from incremental_assets.logic.days import DayStatus
 from incremental_assets.logic.limits import ManifestEntry, RunLimits, RunState
+from incremental_assets.utc import aware_row, naive, utcnow
+
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
 NEW_EVENT_LIMITS = "new_event_limits"
@@ -93,8 +95,8 @@ class ManifestResource(ConfigurableResource):
         return {row["model"]: _entry(row) for row in rows}
 
     def save(self, spark: SparkSession, entry: ManifestEntry, run_id: str) -> None:
-        row = (entry.model, entry.first_success, entry.last_success, entry.last_upper, _utcnow(), run_id)
-        frame = spark.createDataFrame([_aware(row)], MANIFEST_SCHEMA)
+        row = (entry.model, entry.first_success, entry.last_success, entry.last_upper, utcnow(), run_id)
+        frame = spark.createDataFrame([aware_row(row)], MANIFEST_SCHEMA)
         delta_tables.write(spark, frame, self.uri(INCREMENTAL_MANIFEST), WriteMode.UPSERT, keys=["model"])
 
     # -- per-run limits ------------------------------------------------------------------
@@ -106,9 +108,9 @@ class ManifestResource(ConfigurableResource):
         limits = record.limits
         row = (
             record.run_key, run_id, limits.state.value, limits.lower, limits.upper, limits.now,
-            list(record.models), record.events_found, record.batch_max, record.resume_from, _utcnow(),
+            list(record.models), record.events_found, record.batch_max, record.resume_from, utcnow(),
         )
-        frame = spark.createDataFrame([_aware(row)], LIMITS_SCHEMA)
+        frame = spark.createDataFrame([aware_row(row)], LIMITS_SCHEMA)
         delta_tables.write(spark, frame, self.uri(NEW_EVENT_LIMITS), WriteMode.UPSERT, keys=["run_key"])
 
 
@@ -127,7 +129,7 @@ class ManifestResource(ConfigurableResource):
             # Nothing to record. Inserts that changed no day (none do: every insert is on a day
             # >= start_date) could be read again next run and would again change nothing.
             return
-        rows = [_aware(tuple(getattr(d, f.name) for f in DAILY_SCHEMA.fields)) for d in days]
+        rows = [aware_row(tuple(getattr(d, f.name) for f in DAILY_SCHEMA.fields)) for d in days]
         marker = json.dumps({CONSUMED_KEY: consumed_version}) if consumed_version is not None else None
         frame = spark.createDataFrame(rows, DAILY_SCHEMA)
         delta_tables.write(
@@ -137,32 +139,20 @@ class ManifestResource(ConfigurableResource):
 
 def _day(row: dict) -> DayStatus:
     values = {f.name: row[f.name] for f in DAILY_SCHEMA.fields}
-    values["max_load_tstamp"] = _naive(values["max_load_tstamp"])
-    values["last_processed_at"] = _naive(values["last_processed_at"])
+    values["max_load_tstamp"] = naive(values["max_load_tstamp"])
+    values["last_processed_at"] = naive(values["last_processed_at"])
     return DayStatus(**values)
 
 
 def _entry(row: dict) -> ManifestEntry:
-    return ManifestEntry(row["model"], *(_naive(row[c]) for c in ("last_success", "last_upper", "first_success")))
+    return ManifestEntry(row["model"], *(naive(row[c]) for c in ("last_success", "last_upper", "first_success")))
 
 
 def _record(row: dict) -> RunRecord:
-    limits = RunLimits(RunState(row["state"]), *(_naive(row[c]) for c in ("lower_limit", "upper_limit", "now")))
+    limits = RunLimits(RunState(row["state"]), *(naive(row[c]) for c in ("lower_limit", "upper_limit", "now")))
     return RunRecord(
         row["run_key"], limits, tuple(row["models"] or ()), row["events_found"],
-        _naive(row["batch_max"]), _naive(row["resume_from"]),
+        naive(row["batch_max"]), naive(row["resume_from"]),
     )
 
 
-def _naive(moment: datetime | None) -> datetime | None:
-    """deltalake returns UTC-aware timestamps; the run logic works in naive UTC."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment and moment.tzinfo else moment
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def _aware(row: tuple) -> tuple:
-    """PySpark reads naive datetimes in the local zone: mark ours (UTC) explicitly."""
-    return tuple(v.replace(tzinfo=timezone.utc) if isinstance(v, datetime) and v.tzinfo is None else v for v in row)

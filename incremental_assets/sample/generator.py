@@ -20,6 +20,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
 
 from incremental_assets.atomic_events import SAMPLE_SCHEMA
+from incremental_assets.utc import naive
 
 COLUMNS = tuple(SAMPLE_SCHEMA.fieldNames())
 _EVENT_ID, _COLLECTOR, _LOAD = (COLUMNS.index(name) for name in ("event_id", "collector_tstamp", "load_tstamp"))
@@ -172,7 +173,7 @@ def generate_events(params: SampleParams, load_from: datetime, load_until: datet
 
     A row is a tuple in SAMPLE_SCHEMA order followed by its load_date.
     """
-    load_from, load_until = _naive_utc(load_from), _naive_utc(load_until)
+    load_from, load_until = naive(load_from), naive(load_until)
     if load_until < load_from:
         raise ValueError(f"load_until ({load_until}) is before load_from ({load_from})")
     rows = [
@@ -184,9 +185,6 @@ def generate_events(params: SampleParams, load_from: datetime, load_until: datet
     rows.sort(key=lambda row: (row[_LOAD], row[_COLLECTOR], row[_EVENT_ID] or ""))
     return rows
 
-
-def _naive_utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is None else moment.astimezone(timezone.utc).replace(tzinfo=None)
 
 
 def _event_days(params: SampleParams, load_from: datetime, load_until: datetime) -> Iterator[date]:

@@ -10,7 +10,7 @@ in many batches holds the same rows as one written at once.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -19,6 +19,7 @@ from incremental_assets.atomic_events import LOAD_DATE, SAMPLE_SCHEMA
 from incremental_assets.loader import write_events
 from incremental_assets.previews import latest_marker
 from incremental_assets.sample.generator import SampleParams, generate_events
+from incremental_assets.utc import aware_row
 
 MARKER_KEY = "sample_stream"
 STREAM_SCHEMA = T.StructType([*SAMPLE_SCHEMA.fields, T.StructField(LOAD_DATE, T.DateType(), nullable=True)])
@@ -72,7 +73,7 @@ def events_frame(spark: SparkSession, rows: list[tuple]) -> DataFrame:
 
     PySpark reads naive datetimes in the Python process's local zone, so they are marked UTC first.
     """
-    utc_rows = [tuple(_utc(value) for value in row) for row in rows]
+    utc_rows = [aware_row(row) for row in rows]
     return spark.createDataFrame(utc_rows, STREAM_SCHEMA)
 
 
@@ -85,7 +86,3 @@ def _batch(spark: SparkSession, params: SampleParams, start: datetime, hours: in
 
 def _marker(params: SampleParams, loaded_until: datetime) -> str:
     return json.dumps({MARKER_KEY: {"params": params.to_dict(), "loaded_until": loaded_until.isoformat()}})
-
-
-def _utc(value):
-    return value.replace(tzinfo=timezone.utc) if isinstance(value, datetime) else value

@@ -1,7 +1,7 @@
 """The day-selection rule (SPEC §7.2) with hand-worked cases. Run upper limit 2024-03-05 12:00,
 reprocess_days 5 (horizon: 2024-02-29), min_rows_to_process 5, start_date 2024-01-01."""
 
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 
 from incremental_assets.logic.days import (
     BEYOND_HORIZON,
@@ -10,6 +10,9 @@ from incremental_assets.logic.days import (
     TO_PROCESS,
     DayArrivals,
     DayStatus,
+    LoadGroup,
+    arrivals_by_day,
+    arrivals_from_rows,
     contiguous_ranges,
     days_to_process,
     mark_processed,
@@ -78,3 +81,57 @@ def test_contiguous_days_make_one_range_each():
     days = [date(2024, 3, 5), date(2024, 3, 1), date(2024, 3, 2), date(2024, 3, 3), date(2024, 3, 3)]
     assert contiguous_ranges(days) == [(date(2024, 3, 1), date(2024, 3, 3)), (date(2024, 3, 5), date(2024, 3, 5))]
     assert contiguous_ranges([]) == []
+
+
+def test_a_day_whose_rows_have_no_load_time_is_still_selected():
+    entry = select([DayArrivals(date(2024, 3, 4), 2, 2, None, 0.0)])[date(2024, 3, 4)]
+    assert (entry.status, entry.pending_late_events, entry.max_load_tstamp) == (TO_PROCESS, 2, None)
+
+
+# The arrival rule: per event day, new rows, late rows (loaded on another day, or without a load
+# time), the latest load and the longest delay.
+
+
+def test_arrivals_add_up_the_load_groups_of_each_day_sorted_by_day():
+    march_4 = date(2024, 3, 4)
+    arrivals = arrivals_by_day([
+        LoadGroup(march_4, march_4, 3, datetime(2024, 3, 4, 23), 1.0),  # fresh
+        LoadGroup(date(2024, 3, 1), date(2024, 3, 5), 4, datetime(2024, 3, 5, 1), 96.0),  # only late rows
+        LoadGroup(march_4, date(2024, 3, 5), 2, datetime(2024, 3, 5, 2), 5.5),  # late rows of a fresh day
+    ])
+    assert arrivals == [
+        DayArrivals(date(2024, 3, 1), 4, 4, datetime(2024, 3, 5, 1), 96.0),
+        DayArrivals(march_4, 5, 2, datetime(2024, 3, 5, 2), 5.5),
+    ]
+    assert [a.fresh for a in arrivals] == [False, True]
+
+
+def test_rows_without_a_load_time_are_late():
+    # Two rows from an older loader next to one loaded on the day: 3 rows, 2 late, still fresh;
+    # the latest load and longest delay come from the row that has them.
+    march_4 = date(2024, 3, 4)
+    [arrival] = arrivals_by_day([
+        LoadGroup(march_4, None, 2, None, None),
+        LoadGroup(march_4, march_4, 1, datetime(2024, 3, 4, 10), 0.5),
+    ])
+    assert arrival == DayArrivals(march_4, 3, 2, datetime(2024, 3, 4, 10), 0.5)
+    assert arrivals_by_day([LoadGroup(march_4, None, 2, None, None)]) == [DayArrivals(march_4, 2, 2, None, 0.0)]
+
+
+def test_arrivals_from_rows_read_as_the_preview_does():
+    # pyarrow hands back UTC-aware timestamps; a null load_tstamp comes from an older loader.
+    # 03-01: loaded 03-03 10:00 after 48 h, and one without a load time: 2 rows, both late.
+    # 03-04: loaded 23:00 after 1 h (fresh) and 03-05 02:00 after 2.5 h (late).
+    def utc(*parts):
+        return datetime(2024, *parts, tzinfo=timezone.utc)
+
+    rows = [
+        {"event_date": date(2024, 3, 4), "derived_tstamp": utc(3, 4, 22), "load_tstamp": utc(3, 4, 23)},
+        {"event_date": date(2024, 3, 4), "derived_tstamp": utc(3, 4, 23, 30), "load_tstamp": utc(3, 5, 2)},
+        {"event_date": date(2024, 3, 1), "derived_tstamp": utc(3, 1, 12), "load_tstamp": None},
+        {"event_date": date(2024, 3, 1), "derived_tstamp": utc(3, 1, 10), "load_tstamp": utc(3, 3, 10)},
+    ]
+    assert arrivals_from_rows(rows) == [
+        DayArrivals(date(2024, 3, 1), 2, 2, datetime(2024, 3, 3, 10), 48.0),
+        DayArrivals(date(2024, 3, 4), 2, 1, datetime(2024, 3, 5, 2), 2.5),
+    ]

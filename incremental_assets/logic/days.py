@@ -1,17 +1,20 @@
 """Which event days to (re)aggregate after a run (SPEC §7.2), on plain Python values.
 
-A day's new rows are *fresh* when any was loaded on the day itself; otherwise they are *late*
-and wait in `pending_late_events` until there are `min_rows_to_process` of them, within the
-`reprocess_days` horizon. FIXes over the seed: recomputing a day resets its pending count; the
-horizon is a date window (fresh days are never dropped); pending events beyond the horizon stay
-counted, with status `beyond_horizon`, for a partition backfill to apply.
+A day's new rows are *fresh* when any was loaded on the day itself (a row without a load time,
+from an older loader, was not); otherwise they are *late* and wait in `pending_late_events` until
+there are `min_rows_to_process` of them, within the `reprocess_days` horizon. FIXes over the seed:
+recomputing a day resets its pending count; the horizon is a date window (fresh days are never
+dropped); pending events beyond the horizon stay counted, with status `beyond_horizon`, for a
+partition backfill to apply.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
+
+from incremental_assets.utc import naive
 
 PROCESSED = "processed"
 TO_PROCESS = "to_process"
@@ -20,13 +23,29 @@ BEYOND_HORIZON = "beyond_horizon"
 
 
 @dataclass(frozen=True)
+class LoadGroup:
+    """The new rows of one event day that were loaded on one load day (None: no load_tstamp)."""
+
+    event_date: date
+    load_date: date | None
+    rows: int
+    max_load_tstamp: datetime | None
+    max_delay_hours: float | None
+
+    @property
+    def late(self) -> bool:
+        """Not loaded on its event day. A row without a load time (an older loader) was not either."""
+        return self.load_date != self.event_date
+
+
+@dataclass(frozen=True)
 class DayArrivals:
     """The rows of one event day that a run newly inserted into filtered_events."""
 
     day: date
     rows: int
-    late_rows: int  # loaded on another day than the event day
-    max_load_tstamp: datetime
+    late_rows: int  # loaded on another day than the event day, or without a load time
+    max_load_tstamp: datetime | None  # None: no row had a load time
     max_delay_hours: float
 
     @property
@@ -47,6 +66,43 @@ class DayStatus:
     status: str = TO_PROCESS
     last_processed_at: datetime | None = None
     last_run_id: str | None = None
+
+
+def _greatest(values: Iterable[Any]) -> Any:
+    """The largest value that is not None, or None."""
+    return max((v for v in values if v is not None), default=None)
+
+
+def arrivals_by_day(groups: Iterable[LoadGroup]) -> list[DayArrivals]:
+    """The arrival rule, in one place for Spark and for the preview: per event day, its new rows,
+    how many are late, the latest load and the longest delay; sorted by day."""
+    by_day: dict[date, list[LoadGroup]] = {}
+    for group in groups:
+        by_day.setdefault(group.event_date, []).append(group)
+    return [
+        DayArrivals(
+            day,
+            sum(g.rows for g in day_groups),
+            sum(g.rows for g in day_groups if g.late),
+            _greatest(g.max_load_tstamp for g in day_groups),
+            _greatest(g.max_delay_hours for g in day_groups) or 0.0,  # 0.0: no row had both times
+        )
+        for day, day_groups in sorted(by_day.items())
+    ]
+
+
+def arrivals_from_rows(rows: Iterable[Mapping]) -> list[DayArrivals]:
+    """The arrival rule on plain rows (`event_date`, `load_tstamp`, `derived_tstamp`), for the
+    preview that reads them without Spark; pyarrow's UTC-aware timestamps are made naive."""
+    loads: dict[tuple[date, date | None], list[tuple[datetime | None, float | None]]] = {}
+    for row in rows:
+        loaded, derived = naive(row["load_tstamp"]), naive(row["derived_tstamp"])
+        delay = (loaded - derived).total_seconds() / 3600 if loaded and derived else None
+        loads.setdefault((row["event_date"], loaded.date() if loaded else None), []).append((loaded, delay))
+    return arrivals_by_day(
+        LoadGroup(event_date, load_date, len(group), _greatest(t for t, _ in group), _greatest(h for _, h in group))
+        for (event_date, load_date), group in loads.items()
+    )
 
 
 def horizon(upper: datetime, reprocess_days: int) -> date:
@@ -76,7 +132,7 @@ def days_to_process(
             entry,
             pending_late_events=pending,
             late_events_total=entry.late_events_total + arrival.late_rows,
-            max_load_tstamp=max(t for t in (entry.max_load_tstamp, arrival.max_load_tstamp) if t is not None),
+            max_load_tstamp=_greatest((entry.max_load_tstamp, arrival.max_load_tstamp)),
             max_delay_hours=max(entry.max_delay_hours, arrival.max_delay_hours),
             last_run_id=run_id,
         )

@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.attributes import AttributeSpec, Condition
-from incremental_assets.logic.days import DayArrivals
+from incremental_assets.logic.days import DayArrivals, LoadGroup, arrivals_by_day
 
 TIMESTAMP = "derived_tstamp"
 ADDITIVE = ("count", "sum")
@@ -82,19 +82,18 @@ def attributes_from_daily(daily: DataFrame, specs: list[AttributeSpec], referenc
 
 
 def day_arrivals(new_rows: DataFrame) -> list[DayArrivals]:
-    """Per event day, the rows newly inserted into filtered_events: how many, how many late."""
+    """Per event day, the rows newly inserted into filtered_events: how many, how many late.
+
+    Spark only groups by (event day, load day), a result small enough to collect; the rule itself
+    is logic.days.arrivals_by_day, which the preview shares."""
     delay_hours = (F.col("load_tstamp").cast("double") - F.col(TIMESTAMP).cast("double")) / 3600
-    rows = (
-        new_rows.groupBy("event_date")
+    groups = (
+        new_rows.groupBy("event_date", F.to_date("load_tstamp").alias("load_date"))
         .agg(
             F.count(F.lit(1)).alias("rows"),
-            F.count_if(F.to_date("load_tstamp") != F.col("event_date")).alias("late_rows"),
             F.max("load_tstamp").alias("max_load_tstamp"),
             F.max(delay_hours).alias("max_delay_hours"),
         )
         .collect()
     )
-    return [
-        DayArrivals(r.event_date, r.rows, r.late_rows, r.max_load_tstamp, float(r.max_delay_hours or 0.0))
-        for r in rows
-    ]
+    return arrivals_by_day(LoadGroup(**group.asDict()) for group in groups)

@@ -5,7 +5,7 @@ Reading and writing tables is the assets' job; these functions only say which ro
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -48,26 +48,48 @@ def app_allowed(settings: IncrementalSettings) -> Column:
     return allowed | F.col("app_id").isNull() if settings.allow_null_app_id else F.coalesce(allowed, F.lit(False))
 
 
-def in_cursor_range(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
-    """Rows with lower <= ts <= upper, pruned by load_date where the source has it.
+def _loaded(first_day: date, last_day: date | None = None) -> Column:
+    """load_date within [first_day, last_day] (open-ended without last_day), or null.
+
+    A partition filter, so Delta reads only those load days; the null load day holds the rows of
+    older loaders (null load_tstamp), which are processed normally and must never be pruned away.
+    """
+    loaded = F.col(LOAD_DATE) >= F.lit(first_day)
+    if last_day is not None:
+        loaded = loaded & (F.col(LOAD_DATE) <= F.lit(last_day))
+    return loaded | F.col(LOAD_DATE).isNull()
+
+
+def _load_days_for(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
+    """The source's load days that can hold a row with lower <= ts <= upper.
 
     collector_tstamp <= load_tstamp always, so the load date is never before the cursor's date;
     with the load_tstamp cursor the upper bound prunes too.
     """
-    rows = source.where(F.col(ts).between(F.lit(lower), F.lit(upper)))
-    if LOAD_DATE in source.columns:
-        rows = rows.where(F.col(LOAD_DATE) >= F.lit(lower.date()))
-        if ts == "load_tstamp":
-            rows = rows.where(F.col(LOAD_DATE) <= F.lit(upper.date()))
-    return rows
+    if LOAD_DATE not in source.columns:
+        return source
+    return source.where(_loaded(lower.date(), upper.date() if ts == "load_tstamp" else None))
+
+
+def in_cursor_range(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
+    """Rows with lower <= ts <= upper, pruned by load_date where the source has it."""
+    return _load_days_for(source, ts, lower, upper).where(F.col(ts).between(F.lit(lower), F.lit(upper)))
+
+
+def next_event_after(source: DataFrame, ts: str, upper: datetime, now: datetime) -> datetime | None:
+    """Where the next run resumes past an empty window: the first event with upper < ts <= now, so a
+    gap in the data costs one run, not one per backfill_limit_days. None: the stream is caught up
+    (an event stamped in the future is not a place to resume to)."""
+    later = _load_days_for(source, ts, upper, now).where((F.col(ts) > F.lit(upper)) & (F.col(ts) <= F.lit(now)))
+    return later.agg(F.min(ts)).first()[0]
 
 
 def null_cursor_rows(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> int:
-    """Rows no window can ever hold (null cursor), among those loaded in the window's days."""
+    """Rows no window can ever hold (null cursor), among those loaded in the window's days or
+    without a load day at all."""
     rows = source.where(F.col(ts).isNull())
     if LOAD_DATE in source.columns:
-        loaded = F.col(LOAD_DATE).between(F.lit(lower.date()), F.lit(upper.date()))
-        rows = rows.where(loaded | F.col(LOAD_DATE).isNull())
+        rows = rows.where(_loaded(lower.date(), upper.date()))
     return rows.count()
 
 

@@ -1,5 +1,3 @@
-import sys
+from incremental_assets.cli import entry
 
-from incremental_assets.cli import main
-
-sys.exit(main())
+entry()

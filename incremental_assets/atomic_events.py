@@ -31,8 +31,6 @@ OPTIONAL_COLUMNS: dict[str, T.DataType] = {
 # read by partition pruning rather than a full scan.
 LOAD_DATE = "load_date"
 
-TIMESTAMP_COLUMNS = [name for name, kind in REQUIRED_COLUMNS.items() if isinstance(kind, T.TimestampType)]
-
 SAMPLE_SCHEMA = T.StructType(
     [T.StructField(name, kind, nullable=True) for name, kind in {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}.items()]
 )

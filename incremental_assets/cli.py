@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from datetime import date
@@ -10,11 +12,30 @@ from datetime import date
 from incremental_assets import environment
 
 
+def entry() -> None:
+    """The console script. It leaves without Python's final teardown, in which native thread pools
+    (Arrow's, under deltalake and pyarrow) now and then abort a finished, successful process with
+    "terminate called without an active exception" and a non-zero status."""
+    code = main()
+    if "pyspark.sql" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from incremental_assets.settings import SettingsError
+
     args = _parser().parse_args(argv)
     try:
         return args.command(args) or 0
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, SettingsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

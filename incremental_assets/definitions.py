@@ -7,27 +7,32 @@ JVM instead of one per step (see README, "Measured").
 from dagster import Definitions, in_process_executor
 
 from incremental_assets.assets.daily import attributes, build_daily_assets, daily_aggregation_manifest
-from incremental_assets.assets.events import events_this_run, filtered_events
+from incremental_assets.assets.events import filtered_events
 from incremental_assets.assets.limits import new_event_limits
 from incremental_assets.assets.sample import atomic_events
-from incremental_assets.assets.sessions import quarantined_sessions, sessions, sessions_lifecycle_manifest
+from incremental_assets.assets.sessions import session_batch, sessions, sessions_lifecycle_manifest
 from incremental_assets.assets.source import source_load_summary
 from incremental_assets.checks import late_events_stranded_beyond_horizon
 from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
+from incremental_assets.logs import cli_logger
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.schedules import hourly_incremental_schedule
 from incremental_assets.sensors import daily_partitions_sensor, source_events_sensor
 from incremental_assets.settings import load_settings
 
-base_chain = [new_event_limits, sessions_lifecycle_manifest, quarantined_sessions, events_this_run]
+base_chain = [new_event_limits, sessions_lifecycle_manifest, session_batch]
 incremental = [filtered_events, sessions]
 
 
 def build_definitions(settings=None, extra_incremental=()) -> Definitions:
-    """The project's definitions; `extra_incremental` adds assets declared with @incremental_asset."""
+    """The project's definitions; `extra_incremental` adds assets declared with @incremental_asset.
+
+    Loading them reads no table: everything they depend on comes from the settings.
+    """
     settings = settings or load_settings()
+    spark, manifest = SparkResource(), ManifestResource()
     daily = [daily_aggregation_manifest, build_daily_assets(settings.start), attributes]
     return Definitions(
         assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
@@ -36,12 +41,13 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
         sensors=[source_events_sensor, daily_partitions_sensor],
         asset_checks=[late_events_stranded_beyond_horizon],
         resources={
-            "spark": SparkResource(),
-            "io_manager": DeltaIOManager(),
-            "manifest": ManifestResource(),
+            "spark": spark,
+            "io_manager": DeltaIOManager(spark=spark, manifest=manifest),
+            "manifest": manifest,
             "settings": settings,
         },
         executor=in_process_executor,
+        loggers={"cli": cli_logger},
     )
 
 

@@ -17,10 +17,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.previews import table_version
 from incremental_assets.utc import naive
 
 
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+# A MERGE takes its transaction identifier from the session, not from writer options.
+TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
 
 
 class WriteMode(str, Enum):
@@ -63,12 +65,22 @@ class Window:
         return start, end
 
 
+@dataclass(frozen=True)
+class Txn:
+    """A Delta transaction identifier. Delta skips a write whose identifier the table already
+    holds, and keeps identifiers in checkpoints, so they outlive log cleanup."""
+
+    app_id: str
+    version: int = 0
+
+
 @dataclass
 class WriteResult:
     version: int
     operation: str
     metrics: dict[str, int] = field(default_factory=dict)
     user_metadata: str | None = None
+    skipped: bool = False
 
     @property
     def rows_inserted(self) -> int:
@@ -103,13 +115,16 @@ def write(
     window: Window | None = None,
     merge_floor: tuple[str, date] | None = None,
     user_metadata: str | None = None,
+    txn: Txn | None = None,
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
 
     `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value;
-    `user_metadata` stamps the commit (e.g. with the run that wrote a scratch table).
+    `user_metadata` annotates the commit; `txn` makes a repeated write (a re-run step) a no-op.
     """
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
+    if txn is not None and committed(uri, txn):
+        return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
@@ -118,16 +133,25 @@ def write(
         else:
             df = df.dropDuplicates(list(keys))
         if table_exists(spark, uri):
-            return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, user_metadata)
-        return _save(df, uri, "overwrite", partition_by, user_metadata=user_metadata)
+            return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+        return _save(df, uri, "overwrite", partition_by, user_metadata=user_metadata, txn=txn)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
         kind = partition_kind(df, window.column, uri)
-        return _save(df, uri, "overwrite", partition_by, window.predicate(kind), user_metadata=user_metadata)
+        return _save(df, uri, "overwrite", partition_by, window.predicate(kind), user_metadata=user_metadata, txn=txn)
     if mode is WriteMode.APPEND:
-        return _save(df, uri, "append", partition_by, user_metadata=user_metadata)
-    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True, user_metadata=user_metadata)
+        return _save(df, uri, "append", partition_by, user_metadata=user_metadata, txn=txn)
+    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True, user_metadata=user_metadata, txn=txn)
+
+
+def committed(uri: str, txn: Txn) -> bool:
+    """Whether the table already holds `txn` (read from its log by deltalake: no Spark job)."""
+    try:
+        version = deltalake.DeltaTable(uri).transaction_version(txn.app_id)
+    except Exception:  # noqa: BLE001 - no table yet, or storage deltalake cannot open: Delta still skips it
+        return False
+    return version is not None and version >= txn.version
 
 
 def last_commit(spark: SparkSession, uri: str) -> WriteResult:
@@ -159,14 +183,6 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def row_count(spark: SparkSession, uri: str) -> int:
-    """Rows in the table, from the file statistics in its log where deltalake can read them."""
-    try:
-        return deltalake.DeltaTable(uri).count()
-    except Exception:  # noqa: BLE001 - as in last_commit
-        return read_table(spark, uri).count()
-
-
 def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:
     """Row counts per value of `column` inside `window`, read with partition pruning."""
     df = read_table(spark, uri)
@@ -182,10 +198,13 @@ def _save(
     replace_where: str | None = None,
     overwrite_schema: bool = False,
     user_metadata: str | None = None,
+    txn: Txn | None = None,
 ) -> WriteResult:
     writer = df.write.format("delta").mode(mode)
     if user_metadata:
         writer = writer.option("userMetadata", user_metadata)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     if replace_where:
@@ -205,7 +224,7 @@ def _merge(
     keys: Sequence[str],
     update: bool,
     floor: tuple[str, date] | None,
-    user_metadata: str | None,
+    txn: Txn | None,
 ) -> WriteResult:
     condition = F.expr(" AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys))
     if floor is not None:
@@ -215,14 +234,15 @@ def _merge(
     merge = table.alias("t").merge(df.alias("s"), condition)
     if update:
         merge = merge.whenMatchedUpdateAll()
-    # A MERGE takes its commit's userMetadata from the session, not from a writer option.
-    if user_metadata:
-        spark.conf.set(USER_METADATA_CONF, user_metadata)
+    if txn is not None:
+        spark.conf.set(TXN_CONF[0], txn.app_id)
+        spark.conf.set(TXN_CONF[1], str(txn.version))
     try:
         merge.whenNotMatchedInsertAll().execute()
     finally:
-        if user_metadata:
-            spark.conf.unset(USER_METADATA_CONF)
+        if txn is not None:
+            for conf in TXN_CONF:
+                spark.conf.unset(conf)
     after = last_commit(spark, uri)
     # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
     return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")

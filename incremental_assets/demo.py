@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
+from datetime import date
+from pathlib import Path
+
+import yaml
 
 from incremental_assets import environment
-from incremental_assets.previews import read_rows, row_count, table_version
+from incremental_assets.settings import LOCAL_CONFIG, default_config_file, load_settings, read_config_file
+from incremental_assets.previews import cell, read_rows, row_count, table_version
 
 DEMO_APPEND_HOURS = 6
 # A short backfill limit so the demo shows the manifest catching up over several runs.
@@ -22,28 +28,44 @@ def run_demo() -> None:
     started = time.perf_counter()
     environment.dagster_home()
     from incremental_assets.resources.spark import build_spark_session
-    from incremental_assets.runner import run_until_caught_up
+    from incremental_assets.runner import run_log_file, run_until_caught_up
     from incremental_assets.sample.generator import SampleParams
     from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
-    from incremental_assets.settings import load_settings
 
     spark = build_spark_session()
     source = environment.table_uri(environment.SAMPLE_TABLE)
-    if read_stream_state(source) is None:
+    state = read_stream_state(source)
+    if state is None:
         params = SampleParams()
         rows = generate_stream(spark, source, params)
         print(f"Sample stream: {rows} events over {params.days} days from {params.start_date} -> {source}")
     else:
+        params = state[0]
         rows = append_hours(spark, source, DEMO_APPEND_HOURS)
         print(f"Sample stream continued: {DEMO_APPEND_HOURS} more hourly load batches, {rows} events")
+    settings_file = ensure_start_date(params.start_date)
 
     settings = load_settings(overrides=DEMO_OVERRIDES)
-    print(f"\nIncremental runs (start_date {settings.start_date}, backfill_limit_days {settings.backfill_limit_days}):")
-    summaries = run_until_caught_up(settings, report=lambda line: print(f"  {line}"))
+    print(
+        f"\nIncremental runs (start_date {settings.start_date} from {settings_file}, backfill_limit_days "
+        f"{settings.backfill_limit_days}); Dagster's event stream goes to {run_log_file()}:"
+    )
+    summaries = run_until_caught_up(settings, report=lambda line: print(f"  run: {line}"))
     if not summaries[-1].success:
         raise SystemExit(f"Run {summaries[-1].run_id} failed: see it in the Dagster UI (make ui)")
     _print_tables()
     print(f"\nDemo finished in {time.perf_counter() - started:.0f}s ({len(summaries)} runs; make ui to browse them)")
+
+
+def ensure_start_date(first_day: date) -> Path:
+    """Put the sample's first day into the settings file the demo and `make ui` read, unless it
+    names a start_date already: the definitions take it from there, never from the warehouse."""
+    path = default_config_file(os.environ) or Path(LOCAL_CONFIG)
+    values = read_config_file(path) if path.exists() else {}
+    if "start_date" not in values:
+        values["start_date"] = first_day.isoformat()
+        path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
 
 
 def _print_tables() -> None:
@@ -62,13 +84,8 @@ def _print_tables() -> None:
     attributes = read_rows(environment.table_uri("attributes"), columns=list(SHOWN_ATTRIBUTES)) or []
     print(f"\nattributes (5 of {len(attributes)} users):")
     for row in sorted(attributes, key=lambda r: -(r["page_views"] or 0))[:5]:
-        print("  " + "  ".join(f"{name}={_short(row[name])}" for name in SHOWN_ATTRIBUTES))
+        print("  " + "  ".join(f"{name}={cell(row[name])}" for name in SHOWN_ATTRIBUTES))
     print("\nDelta tables:")
     for name in TABLES:
         uri = environment.table_uri(name)
-        print(f"  {name:<28} {row_count(uri):>8} rows  version {table_version(uri)}")
-
-
-def _short(value) -> str:
-    text = str(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+        print(f"  {name:<28} {str(row_count(uri)):>8} rows  version {table_version(uri)}")

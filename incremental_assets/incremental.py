@@ -9,100 +9,35 @@ chain), then every incremental asset selected consumes that batch. Declaring you
         return events.groupBy("session_identifier").agg(...)
 
 It receives only this run's events (all events of every session touched, within the session
-cap) and the run's limits; it is tracked in the incremental manifest, skipped when already
-ahead, and backfilled from start_date when it is new (state 2), without further code.
+cap) and the run's limits (and the settings, if it takes a `settings` argument), and returns a
+DataFrame (or an `Output` of one, with metadata) that the Delta IO manager writes in the declared
+mode. It is tracked in the incremental manifest, skipped when already ahead, and backfilled from
+start_date when it is new (state 2), without further code.
 """
 
 
-from dataclasses import dataclass
-from typing import Any, Callable
+import inspect
+from typing import Callable
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult
-from pyspark.sql import DataFrame, SparkSession
+from dagster import AssetExecutionContext, AssetIn
+from pyspark.sql import DataFrame
 
 from incremental_assets.assets import spark_delta_asset
-from incremental_assets import delta_tables
-from incremental_assets.io_managers.delta import TableSpec, delta_table, write_metadata
-from incremental_assets.logic.limits import RunLimits, advance, is_ahead
-from incremental_assets.resources.manifests import ManifestResource, RunRecord
-from incremental_assets.resources.spark import SparkResource
-
-INCREMENTAL_TAG = "incremental_assets/incremental"
-INCREMENTAL_JOB = "incremental_job"
-EVENTS_THIS_RUN = "events_this_run"
-INCREMENTAL_GROUP = "incremental"
-
-
-def run_key(context: AssetExecutionContext) -> str:
-    """Retries (re-execution) share the root run's key, so they redo the same window."""
-    return context.run.root_run_id or context.run.run_id
+from incremental_assets.io_managers.delta import Progress, delta_table
+from incremental_assets.logic.limits import Cursor, RunLimits
+from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_GROUP, INCREMENTAL_TAG
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.run_state import RunBatch
+from incremental_assets.settings import IncrementalSettings
 
 
 def incremental_models_in_run(context: AssetExecutionContext) -> list[str]:
+    """The incremental assets selected in this run: the run's limits are computed over them."""
     layer = context.job_def.asset_layer
     graph = layer.asset_graph
     return sorted(
         key.path[-1] for key in layer.selected_asset_keys if graph.get(key).tags.get(INCREMENTAL_TAG) == "true"
     )
-
-
-@dataclass(frozen=True)
-class Batch:
-    """This run's record and its events (the scratch table, checked to be this run's)."""
-
-    record: RunRecord
-    events: DataFrame
-
-    @property
-    def limits(self) -> RunLimits:
-        return self.record.limits
-
-
-def current_batch(context: AssetExecutionContext, spark: SparkSession, manifest: ManifestResource) -> Batch:
-    key = run_key(context)
-    record = manifest.run_record(key)
-    uri = manifest.uri(EVENTS_THIS_RUN)
-    stamp = delta_tables.last_commit(spark, uri).user_metadata if delta_tables.table_exists(spark, uri) else None
-    if record is None or record.events_found is None or stamp != key:
-        raise Failure(
-            f"{context.asset_key.to_user_string()} consumes the events of its own run, and this run has none: "
-            f"materialize it with the job '{INCREMENTAL_JOB}' (or select it together with new_event_limits, "
-            f"sessions_lifecycle_manifest, quarantined_sessions and {EVENTS_THIS_RUN})."
-        )
-    return Batch(record, delta_tables.read_table(spark, uri))
-
-
-def process_batch(
-    context: AssetExecutionContext,
-    spark: SparkSession,
-    manifest: ManifestResource,
-    write: Callable[[Batch], dict[str, Any]],
-) -> MaterializeResult:
-    """Skip when ahead; otherwise write this run's batch, then advance this asset's manifest row.
-
-    Advancing right after the write commits is Snowplow's end-of-run update, one asset at a time:
-    a crash between the two only makes the next run redo the window.
-    """
-    name = context.asset_key.path[-1]
-    batch = current_batch(context, spark, manifest)
-    limits, record = batch.limits, batch.record
-    entry = manifest.entries().get(name)
-    base = {"run_state": limits.state.value, "lower_limit": str(limits.lower), "upper_limit": str(limits.upper)}
-    if limits.moves_manifest and is_ahead(entry, limits):
-        context.log.info(f"{name} is already at {entry.position}, past this run's upper limit: nothing to do")
-        return MaterializeResult(metadata={**base, "skipped": "already ahead of this run's window"})
-    metadata = write(batch) if record.events_found else {"skipped": "no eligible events in the window"}
-    if limits.moves_manifest:
-        advanced = advance(entry, name, record.batch_max, record.resume_from)
-        manifest.save(spark, advanced, context.run.run_id)
-        metadata["manifest_position"] = str(advanced.position)
-        if advanced.last_upper != (entry.last_upper if entry else None):
-            context.log.warning(
-                f"No new eligible event between {limits.lower} and {limits.upper}: {name} resumes from "
-                f"{advanced.last_upper} next run"
-            )
-            metadata["resumes_past_gap_from"] = str(advanced.last_upper)
-    return MaterializeResult(metadata={**base, **metadata})
 
 
 def incremental_asset(
@@ -111,33 +46,38 @@ def incremental_asset(
     write_mode: str = "upsert",
     keys: list[str] | None = None,
     partition_by: list[str] | None = None,
+    change_feed: bool = False,
     description: str | None = None,
     group_name: str = INCREMENTAL_GROUP,
 ):
-    """Declare an incremental asset from `build(events, limits) -> DataFrame` (see module doc)."""
-    table = delta_table(write_mode, keys=keys, partition_by=partition_by)
+    """Declare an incremental asset from `build(events, limits[, settings]) -> DataFrame` (see module doc)."""
+    table = delta_table(
+        write_mode, keys=keys, partition_by=partition_by, progress=Progress.INCREMENTAL.value, change_feed=change_feed
+    )
 
-    def decorate(build: Callable[[DataFrame, RunLimits], DataFrame]):
+    def decorate(build: Callable[..., DataFrame]):
         asset_name = name or build.__name__
-        spec = TableSpec.of(table, asset_name)
+        takes_settings = "settings" in inspect.signature(build).parameters
 
         @spark_delta_asset(
             name=asset_name,
-            deps=[EVENTS_THIS_RUN],
+            ins={"batch": AssetIn(EVENTS_THIS_RUN)},
             group_name=group_name,
             tags={INCREMENTAL_TAG: "true"},
             metadata=table,
             description=description or build.__doc__,
         )
-        def _incremental(context: AssetExecutionContext, spark: SparkResource, manifest: ManifestResource):
-            def write(batch: Batch) -> dict[str, Any]:
-                session = spark.session
-                frame = build(batch.events, batch.limits)
-                uri = manifest.uri(asset_name)
-                result = delta_tables.write(session, frame, uri, spec.write_mode, spec.keys, spec.partition_by)
-                return write_metadata(frame, uri, result, with_row_count=True)
-
-            return process_batch(context, spark.session, manifest, write)
+        def _incremental(
+            context: AssetExecutionContext, batch: RunBatch, manifest: ManifestResource, settings: IncrementalSettings
+        ):
+            # The IO manager decides again, on the same Cursor, whether to write and advance.
+            if Cursor(asset_name, manifest.entries().get(asset_name), batch.stats).ahead:
+                return None
+            if not batch.stats.events_found:
+                context.log.info(f"No eligible events between {batch.limits.lower} and {batch.limits.upper}")
+                return None
+            extra = {"settings": settings} if takes_settings else {}
+            return build(batch.events, batch.limits, **extra)
 
         return _incremental
 

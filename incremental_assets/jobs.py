@@ -1,11 +1,9 @@
-"""The jobs: one incremental run, and the sample loader."""
+"""The jobs: one incremental run, the daily partitions, and the sample loader."""
 
 from dagster import AssetSelection, define_asset_job
 
-from incremental_assets.assets.limits import BASE_GROUP
 from incremental_assets.assets.sample import atomic_events
-from incremental_assets.assets.daily import DAILY_AGGREGATES
-from incremental_assets.incremental import INCREMENTAL_GROUP, INCREMENTAL_JOB
+from incremental_assets.names import BASE_GROUP, DAILY_AGGREGATES, DAILY_JOB, INCREMENTAL_GROUP, INCREMENTAL_JOB
 from incremental_assets.resources.manifests import DAILY_MANIFEST
 
 # Runs of the incremental job queue behind each other (dagster.yaml limits this tag to 1).
@@ -17,8 +15,6 @@ incremental_job = define_asset_job(
     tags=INCREMENTAL_RUN_TAGS,
     description="One incremental run: limits, session layer, events this run, then the incremental assets.",
 )
-
-DAILY_JOB = "daily_job"
 
 daily_job = define_asset_job(
     DAILY_JOB,

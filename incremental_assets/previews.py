@@ -60,7 +60,7 @@ def print_table(uri: str, limit: int = 20) -> None:
     if not rows:
         return
     columns = data.column_names
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
+    cells = [[cell(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for r in cells:
@@ -69,6 +69,7 @@ def print_table(uri: str, limit: int = 20) -> None:
         print(f"... {total - limit} more rows")
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
+    """A value as text of at most 40 characters, for terminal tables."""
     text = "" if value is None else str(value)
     return text if len(text) <= 40 else text[:37] + "..."

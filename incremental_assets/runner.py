@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -13,9 +14,16 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from incremental_assets import environment
-from incremental_assets.incremental import INCREMENTAL_JOB
-from incremental_assets.jobs import DAILY_JOB
-from incremental_assets.logic.days import TO_PROCESS, DayArrivals, contiguous_ranges, days_to_process
+from incremental_assets.assets.daily import day_range, days_window_tags, requested_day_ranges
+from incremental_assets.logic.days import TO_PROCESS, arrivals_from_rows, days_to_process
+from incremental_assets.names import (
+    DAILY_JOB,
+    EVENTS_THIS_RUN,
+    FILTERED_EVENTS,
+    INCREMENTAL_JOB,
+    NEW_EVENT_LIMITS,
+    QUARANTINE,
+)
 from incremental_assets.logic.limits import RunLimits, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.settings import IncrementalSettings
@@ -37,18 +45,20 @@ class RunSummary:
 
     @property
     def caught_up(self) -> bool:
-        return self.value("new_event_limits", "upper_limit") == self.value("new_event_limits", "now")
+        """No source event lies past this run's window: every one loaded so far was inside one."""
+        return bool(self.value(EVENTS_THIS_RUN, "caught_up"))
 
     def describe(self) -> str:
-        limits = self.metadata.get("new_event_limits", {})
+        batch = self.metadata.get(EVENTS_THIS_RUN, {})
+        new = self.value(FILTERED_EVENTS, "rows_inserted", 0)
         parts = [
-            f"{limits.get('run_state', '?'):<12}",
-            f"[{limits.get('lower_limit')} .. {limits.get('upper_limit')}]",
-            f"events this run {self.value('events_this_run', 'events_found', 0):>6}",
-            f"duplicates dropped {self.value('events_this_run', 'duplicates_dropped', 0):>4}",
-            f"new events {self.value('filtered_events', 'new_events', 0):>6}",
-            f"already stored {self.value('filtered_events', 'already_stored', 0):>5}",
-            f"sessions quarantined {self.value('quarantined_sessions', 'sessions_newly_quarantined', 0)}",
+            f"{batch.get('run_state', '?'):<12}",
+            f"[{batch.get('lower_limit')} .. {batch.get('upper_limit')}]",
+            f"events this run {batch.get('events_found', 0):>6}",
+            f"duplicates dropped {batch.get('duplicates_dropped', 0):>4}",
+            f"new events {new:>6}" if new else "no new events",
+            f"already stored {self.value(FILTERED_EVENTS, 'events_offered', 0) - new:>5}",
+            f"sessions quarantined {self.value(QUARANTINE, 'rows_inserted', 0)}",
             f"days recomputed {sum(len(r.days) for r in self.daily_runs)}",
         ]
         return "  ".join(parts)
@@ -65,10 +75,18 @@ def _instance(instance: DagsterInstance | None) -> DagsterInstance:
     return DagsterInstance.get()
 
 
+def run_log_file() -> Path:
+    """Where the command line sends Dagster's event stream (the terminal gets a line per step)."""
+    return environment.dagster_home() / "logs" / "incremental-assets.log"
+
+
 def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=None, tags=None) -> RunSummary:
     from incremental_assets.definitions import defs
 
-    config = {**settings_run_config(settings), **(run_config or {})}
+    log_file = run_log_file()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
+    config = {**settings_run_config(settings), **loggers, **(run_config or {})}
     result = defs.resolve_job_def(job_name).execute_in_process(
         run_config=config, instance=instance, raise_on_error=False, tags=tags
     )
@@ -89,7 +107,7 @@ def run_incremental(
     """One run of the incremental job in this process, then the daily partitions it marked."""
     instance = _instance(instance)
     limits_config = {k: v for k, v in {"lower": lower, "upper": upper, "now": now}.items() if v is not None}
-    summary = _execute(INCREMENTAL_JOB, settings, instance, {"ops": {"new_event_limits": {"config": limits_config}}})
+    summary = _execute(INCREMENTAL_JOB, settings, instance, {"ops": {NEW_EVENT_LIMITS: {"config": limits_config}}})
     if summary.success:
         summary.daily_runs = process_marked_days(settings, instance)
         summary.success = all(run.success for run in summary.daily_runs)
@@ -98,8 +116,6 @@ def run_incremental(
 
 def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None) -> RunSummary:
     """daily_aggregates for the days [first, last] in one run (one Spark session), then attributes."""
-    from incremental_assets.assets.daily import day_range, days_window_tags
-
     summary = _execute(DAILY_JOB, settings, _instance(instance), tags=days_window_tags(first, last))
     summary.days = [d.isoformat() for d in day_range(first, last)]
     return summary
@@ -107,12 +123,11 @@ def run_days(settings: IncrementalSettings, first: date, last: date, instance: D
 
 def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
     """What the daily sensor does, in-process: one run per range of days marked to_process."""
-    marked = [day for day, status in ManifestResource().days().items() if status.status == TO_PROCESS]
-    return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(marked)]
+    return [run_days(settings, first, last, instance) for first, last in requested_day_ranges(ManifestResource().days())]
 
 
 def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -> list[RunSummary]:
-    """Runs until one's window reaches its 'now': every source event loaded so far was inside one."""
+    """Runs until no source event lies past the last window: every event loaded so far was inside one."""
     summaries = []
     for _ in range(MAX_CATCH_UP_RUNS):
         summary = run_incremental(settings, **kwargs)
@@ -161,9 +176,13 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
     window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
     stored = _stored_event_ids(manifest.uri("filtered_events"), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
-    new = [r for r in window if r["event_id"] not in stored and r["derived_tstamp"] is not None]
+    new = [
+        {**r, "event_date": r["derived_tstamp"].date()}
+        for r in window
+        if r["event_id"] not in stored and r["derived_tstamp"] is not None
+    ]
     changed = days_to_process(
-        _arrivals(new), manifest.days(), limits.upper, settings.start, settings.reprocess_days,
+        arrivals_from_rows(new), manifest.days(), limits.upper, settings.start, settings.reprocess_days,
         settings.min_rows_to_process, "preview",
     )
     days = sorted(str(d) for d, status in changed.items() if status.status == TO_PROCESS)
@@ -179,22 +198,6 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
         return set()
     ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
     return set(ids.column("event_id").to_pylist())
-
-
-def _arrivals(rows: list[dict]) -> list[DayArrivals]:
-    by_day: dict[date, list[dict]] = {}
-    for row in rows:
-        by_day.setdefault(row["derived_tstamp"].date(), []).append(row)
-    return [
-        DayArrivals(
-            day,
-            len(group),
-            sum(1 for r in group if r["load_tstamp"].date() != day),
-            max(r["load_tstamp"] for r in group).replace(tzinfo=None),
-            max((r["load_tstamp"] - r["derived_tstamp"]).total_seconds() / 3600 for r in group),
-        )
-        for day, group in by_day.items()
-    ]
 
 
 def _utc(moment: datetime) -> pa.Scalar:

@@ -10,9 +10,8 @@ from dagster import (
     sensor,
 )
 
-from incremental_assets.assets.daily import days_window_tags
+from incremental_assets.assets.daily import days_window_tags, requested_day_ranges
 from incremental_assets.jobs import daily_job, incremental_job
-from incremental_assets.logic.days import TO_PROCESS, contiguous_ranges
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
 from incremental_assets.environment import source_table_uri
 from incremental_assets.previews import table_version
@@ -49,10 +48,10 @@ def source_events_sensor(context: SensorEvaluationContext):
 def daily_partitions_sensor(context: SensorEvaluationContext):
     manifest = ManifestResource()
     version = table_version(manifest.uri(DAILY_MANIFEST))
-    days = [d for d, status in manifest.days().items() if status.status == TO_PROCESS]
-    if not days:
+    ranges = requested_day_ranges(manifest.days())
+    if not ranges:
         return SkipReason("No day is marked to_process")
     return [
         RunRequest(run_key=f"daily-{first}-{last}-manifest-v{version}", tags=days_window_tags(first, last))
-        for first, last in contiguous_ranges(days)
+        for first, last in ranges
     ]

@@ -1,6 +1,7 @@
 """The variables (SPEC §3): one typed settings object, with defaults overridden in this order by
-a deployment's environment (`INCREMENTAL_ASSETS_<NAME>`), a YAML file, `--set name=value`, and,
-per run, the Dagster launchpad (it is a resource: `resources: settings: config: ...`).
+a deployment's environment (`INCREMENTAL_ASSETS_<NAME>`), a YAML file (`--config`, else
+`INCREMENTAL_ASSETS_CONFIG`, else `./incremental_assets.yaml` when it exists), `--set name=value`,
+and, per run, the Dagster launchpad (it is a resource: `resources: settings: config: ...`).
 
 `validate()` runs before any Spark session starts, so a bad value costs nothing but a message.
 """
@@ -14,7 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 from dagster import Config, ConfigurableResource
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from incremental_assets.attributes import (
     AGGREGATIONS,
@@ -25,12 +26,16 @@ from incremental_assets.attributes import (
 )
 
 ENV_PREFIX = "INCREMENTAL_ASSETS_"
+CONFIG_ENV = "INCREMENTAL_ASSETS_CONFIG"
+LOCAL_CONFIG = "incremental_assets.yaml"
 SESSION_TIMESTAMPS = ("load_tstamp", "collector_tstamp")
 DEFAULT_START_DATE = "2020-01-01"
 
 
-class SettingsError(ValueError):
-    """One or more variables are out of range; the message names each and its allowed values."""
+class SettingsError(Exception):
+    """One or more variables are out of range; the message names each and its allowed values.
+
+    Not a ValueError, so pydantic passes it through as it is instead of wrapping it."""
 
 
 class ConditionConfig(Config):
@@ -88,8 +93,10 @@ class IncrementalSettings(ConfigurableResource):
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
     )
 
-    def setup_for_execution(self, context) -> None:
-        self.validate_all()  # launchpad overrides fail at run start, before any Spark work
+    @model_validator(mode="after")
+    def _validated(self) -> "IncrementalSettings":
+        """Validated once, when built: from load_settings, or from launchpad config at run start."""
+        return self.validate_all()
 
     @property
     def start(self) -> date:
@@ -147,32 +154,40 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> IncrementalSettings:
-    """Defaults, then the environment, then a YAML file, then explicit overrides; validated."""
+    """Defaults, then the environment, then a YAML file, then explicit overrides; validated.
+
+    Reads no table: the Dagster definitions load from this, whatever the warehouse holds.
+    """
+    environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    values.update(_from_environment(os.environ if environ is None else environ))
-    if config_file:
-        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise SettingsError(f"{config_file} must hold a mapping of variable: value")
-        values.update(loaded)
+    values.update(_from_environment(environ))
+    values.update(read_config_file(config_file or default_config_file(environ)))
     values.update(overrides or {})
-    values.setdefault("start_date", _sample_start_date() or DEFAULT_START_DATE)
     unknown = sorted(set(values) - set(IncrementalSettings.model_fields))
     if unknown:
         raise SettingsError(f"Unknown variable(s) {unknown}; known: {sorted(IncrementalSettings.model_fields)}")
     values = {name: _coerce(name, value) for name, value in values.items()}
-    return IncrementalSettings(**values).validate_all()
+    return IncrementalSettings(**values)
 
 
-def _sample_start_date() -> str | None:
-    """On the embedded sample, start_date defaults to the stream's first day."""
-    from incremental_assets.environment import SAMPLE_TABLE, source_table_uri, table_uri
-    from incremental_assets.sample.stream import read_stream_state
+def default_config_file(environ: Mapping[str, str]) -> Path | None:
+    """INCREMENTAL_ASSETS_CONFIG, else ./incremental_assets.yaml when there is one."""
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    local = Path(LOCAL_CONFIG)
+    return local if local.exists() else None
 
-    if source_table_uri() != table_uri(SAMPLE_TABLE):
-        return None
-    state = read_stream_state(source_table_uri())
-    return state[0].start_date.isoformat() if state else None
+
+def read_config_file(config_file: str | Path | None) -> dict[str, Any]:
+    if not config_file:
+        return {}
+    path = Path(config_file)
+    if not path.exists():
+        raise SettingsError(f"No settings file at {path}")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"{path} must hold a mapping of variable: value")
+    return loaded
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str]:

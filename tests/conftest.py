@@ -15,6 +15,9 @@ TEST_SHUFFLE_PARTITIONS = 2
 # Definitions load before any fixture runs: keep them off the developer's ./warehouse and instance.
 os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = tempfile.mkdtemp(prefix="incremental-assets-tests-")
 os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
+# ... and off a developer's ./incremental_assets.yaml (the settings `make demo` writes).
+os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
+os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="incremental-assets-dagster-home-")
 
 
 @pytest.fixture(scope="session")

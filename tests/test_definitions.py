@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from incremental_assets.definitions import defs
-from incremental_assets.incremental import INCREMENTAL_JOB
+from incremental_assets.names import INCREMENTAL_JOB
 
 
 def test_definitions_resolve():
@@ -50,7 +50,7 @@ def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
 
     days = [(date(2024, 3, 1), TO_PROCESS), (date(2024, 3, 2), TO_PROCESS), (date(2024, 3, 3), PROCESSED),
             (date(2024, 3, 4), TO_PROCESS)]
-    ManifestResource().save_days(spark, [DayStatus(day, status=status) for day, status in days], consumed_version=0)
+    ManifestResource().save_days([DayStatus(day, status=status) for day, status in days], consumed_version=0)
     requests = daily_partitions_sensor(build_sensor_context(instance=DagsterInstance.ephemeral()))
     ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]

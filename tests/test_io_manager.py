@@ -15,8 +15,9 @@ from dagster import (
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
-from incremental_assets.delta_tables import DeltaWriteError
+from incremental_assets.delta_tables import DeltaWriteError, Txn, WriteMode
 from incremental_assets.io_managers.delta import DeltaIOManager, delta_table
+from incremental_assets.resources.manifests import ManifestResource
 
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 
@@ -25,10 +26,14 @@ def _rows(spark, uri, *columns):
     return sorted(tuple(r) for r in delta_tables.read_table(spark, uri).select(*columns).collect())
 
 
+def _io(spark_resource, warehouse):
+    return DeltaIOManager(spark=spark_resource, manifest=ManifestResource(), warehouse_root=warehouse)
+
+
 def _run(spark_resource, warehouse, assets, instance=None, **kwargs):
     result = materialize(
         assets,
-        resources={"spark": spark_resource, "io_manager": DeltaIOManager(warehouse_root=warehouse)},
+        resources={"spark": spark_resource, "io_manager": _io(spark_resource, warehouse)},
         instance=instance,
         **kwargs,
     )
@@ -98,7 +103,7 @@ def test_upsert_refuses_duplicate_keys_and_writes_nothing(spark, spark_resource,
     _run(spark_resource, warehouse, [_keyed_asset(spark, "upsert", [(1, "old")])])
     clash = _keyed_asset(spark, "upsert", [(1, "x"), (1, "y")])
     with pytest.raises(DeltaWriteError, match="several rows share the key"):
-        materialize([clash], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)})
+        materialize([clash], resources={"io_manager": _io(spark_resource, warehouse)})
     assert _rows(spark, f"{warehouse}/keyed", "id", "value") == [(1, "old")]
 
 
@@ -160,7 +165,7 @@ def test_partitioned_input_is_filtered_to_its_window(spark, spark_resource, ware
 
     materialize(
         [downstream, _daily_asset(spark).to_source_asset()],
-        resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)},
+        resources={"io_manager": _io(spark_resource, warehouse)},
         partition_key="2024-01-02",
     )
     assert seen["days"] == ["2024-01-02"]
@@ -174,7 +179,7 @@ def test_refuses_whole_table_overwrite_from_a_partitioned_asset(spark, spark_res
         return spark.createDataFrame([(date(2024, 1, 1),)], "event_date date")
 
     with pytest.raises(DeltaWriteError, match="Refusing to overwrite all of"):
-        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+        materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
     assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
 
 
@@ -191,7 +196,7 @@ def test_bad_partition_column_fails_loudly(spark, spark_resource, warehouse, sch
         return spark.createDataFrame([row], schema)
 
     with pytest.raises(DeltaWriteError, match=message):
-        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+        materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
     assert not delta_tables.table_exists(spark, f"{warehouse}/daily")
 
 
@@ -202,7 +207,7 @@ def test_rows_outside_the_window_are_refused(spark, spark_resource, warehouse):
 
     _run(spark_resource, warehouse, [_daily_asset(spark)], partition_key="2024-01-01")
     with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|predicate"):
-        materialize([daily], resources={"io_manager": DeltaIOManager(warehouse_root=warehouse)}, partition_key="2024-01-01")
+        materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
     assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
 
 
@@ -211,3 +216,18 @@ def test_declaring_a_keyed_mode_without_keys_fails_at_definition():
         delta_table("upsert")
     with pytest.raises(DeltaWriteError, match="needs partition_column"):
         delta_table("replace_partition")
+
+
+@pytest.mark.parametrize("mode", ["merge_insert", "upsert", "append"])
+def test_a_write_repeated_with_its_transaction_id_changes_nothing(spark, warehouse, mode):
+    """What makes re-executing a step whose write committed a no-op (Delta's own idempotency)."""
+    uri = f"{warehouse}/keyed"
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id int, value string")
+    delta_tables.write(spark, rows, uri, WriteMode(mode), keys=["id"], txn=Txn("run-1"))
+    later = spark.createDataFrame([(2, "changed"), (3, "c")], "id int, value string")
+    first = delta_tables.write(spark, later, uri, WriteMode(mode), keys=["id"], txn=Txn("run-2"))
+    again = delta_tables.write(spark, later, uri, WriteMode(mode), keys=["id"], txn=Txn("run-2"))
+    assert not first.skipped and again.skipped and again.version == first.version
+    assert delta_tables.table_version(uri) == first.version
+    expected = {"merge_insert": 3, "upsert": 3, "append": 4}[mode]
+    assert delta_tables.read_table(spark, uri).count() == expected

@@ -1,14 +1,15 @@
 """Run limits (SPEC §4) on plain values: the spec's reference vectors, edge cases, the update rule."""
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 import pytest
 
 from incremental_assets.logic.limits import (
+    BatchStats,
+    Cursor,
     ManifestEntry,
+    RunLimits,
     RunState,
-    advance_all,
-    is_ahead,
     keyhole_limits,
     run_limits,
 )
@@ -91,13 +92,25 @@ def test_an_empty_first_run_leaves_a_position_without_last_success():
     assert run_limits(entries, "ab", START, 30, 6, NOW).state is RunState.STANDARD
 
 
+def batch(upper, batch_max, next_event=None, state=RunState.STANDARD):
+    return BatchStats(RunLimits(state, upper - timedelta(days=1), upper, NOW), 1, batch_max, next_event)
+
+
+def after_run(manifest, succeeded, stats):
+    """The manifest after a run: assets that succeeded advance, all others keep their row."""
+    updated = dict(manifest)
+    for model in succeeded:
+        updated[model] = Cursor(model, manifest.get(model), stats).advanced() or manifest.get(model)
+    return updated
+
+
 def test_manifest_update_rule_reference_vector():
     manifest = {
         "a": ManifestEntry("a", last_success=datetime(2021, 1, 4)),
         "b": ManifestEntry("b", last_success=datetime(2021, 1, 2)),
         "d": ManifestEntry("d", last_success=datetime(2021, 1, 2)),
     }
-    updated = advance_all(manifest, ["a", "b", "c"], batch_max=datetime(2021, 1, 3))
+    updated = after_run(manifest, ["a", "b", "c"], batch(datetime(2021, 1, 3, 12), datetime(2021, 1, 3)))
     assert {m: e.last_success.date().isoformat() for m, e in updated.items()} == {
         "a": "2021-01-04", "b": "2021-01-03", "c": "2021-01-03", "d": "2021-01-02"
     }
@@ -106,24 +119,41 @@ def test_manifest_update_rule_reference_vector():
 
 def test_failed_asset_keeps_its_value_and_the_next_run_syncs():
     manifest = {m: ManifestEntry(m, last_success=datetime(2021, 3, 1)) for m in "ab"}
-    after = advance_all(manifest, ["a"], batch_max=datetime(2021, 3, 2))
+    after = after_run(manifest, ["a"], batch(datetime(2021, 3, 31), datetime(2021, 3, 2)))
     assert after["b"].last_success == datetime(2021, 3, 1)
     result = run_limits(after, "ab", START, 30, 6, NOW)
     assert window(result) == (RunState.OUT_OF_SYNC, datetime(2021, 2, 28, 18), datetime(2021, 3, 2))
 
 
-def test_empty_window_records_resume_point_not_last_success():
+def test_empty_window_moves_on_to_the_next_source_event():
     manifest = {"a": ManifestEntry("a", last_success=datetime(2021, 3, 1))}
-    after = advance_all(manifest, ["a"], batch_max=None, resume_from=datetime(2021, 4, 15))
+    after = after_run(manifest, ["a"], batch(datetime(2021, 3, 31), None, next_event=datetime(2021, 4, 15)))
     assert after["a"].last_success == datetime(2021, 3, 1)
     assert after["a"].position == datetime(2021, 4, 15)
 
 
+def test_empty_window_with_nothing_after_it_moves_to_its_upper_limit():
+    manifest = {"a": ManifestEntry("a", last_success=datetime(2021, 3, 1))}
+    stats = batch(datetime(2021, 3, 31), datetime(2021, 3, 1))  # only re-read lookback events
+    assert stats.caught_up
+    assert after_run(manifest, ["a"], stats)["a"].position == datetime(2021, 3, 31)
+
+
 def test_skip_when_already_ahead():
-    result = limits({"a": datetime(2021, 1, 10)})  # state 2: upper = 2021-01-10
-    assert is_ahead(ManifestEntry("a", last_success=datetime(2021, 1, 10)), result)
-    assert not is_ahead(ManifestEntry("b"), result)
-    assert not is_ahead(None, result)
+    stats = batch(datetime(2021, 1, 10), datetime(2021, 1, 9))
+    ahead = Cursor("a", ManifestEntry("a", last_success=datetime(2021, 1, 10)), stats)
+    assert ahead.ahead and ahead.advanced() is None
+    assert not Cursor("b", ManifestEntry("b"), stats).ahead
+    assert not Cursor("c", None, stats).ahead
+
+
+def test_an_explicit_window_writes_no_state():
+    stats = batch(datetime(2021, 1, 10), datetime(2021, 1, 9), state=RunState.KEYHOLE)
+    entry = ManifestEntry("a", last_success=datetime(2021, 5, 1))
+    keyhole = Cursor("a", entry, stats)
+    assert not keyhole.ahead, "a keyhole backfill processes its window wherever the manifest stands"
+    assert keyhole.advanced() is None
+    assert Cursor("new", None, stats).advanced() is None
 
 
 def test_keyhole_validation():

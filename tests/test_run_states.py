@@ -2,14 +2,16 @@
 the next run sync), and an incremental asset materialized outside its job."""
 
 import pytest
-from dagster import DagsterInstance, Failure, materialize
+from dagster import DagsterInstance, materialize
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
 from incremental_assets.assets.sessions import sessions
-from incremental_assets.definitions import build_definitions
-from incremental_assets.incremental import INCREMENTAL_JOB, incremental_asset
+from incremental_assets.definitions import base_chain, build_definitions
+from incremental_assets.io_managers.delta import DeltaIOManager
+from incremental_assets.incremental import incremental_asset
+from incremental_assets.names import INCREMENTAL_JOB
 from incremental_assets.loader import write_events
 from incremental_assets.logic.limits import RunLimits
 from incremental_assets.resources.manifests import ManifestResource
@@ -93,11 +95,16 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
 
 
 def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resource, warehouse):
-    with pytest.raises(Failure, match=f"materialize it with the job '{INCREMENTAL_JOB}'"):
-        materialize(
-            [sessions],
-            resources={
-                "spark": spark_resource, "manifest": ManifestResource(),
-                "settings": IncrementalSettings(**SETTINGS),
-            },
-        )
+    manifest = ManifestResource()
+    result = materialize(
+        [*base_chain, sessions],  # the whole graph, as in the UI; only sessions selected
+        selection=[sessions.key],
+        resources={
+            "spark": spark_resource, "manifest": manifest, "settings": IncrementalSettings(**SETTINGS),
+            "io_manager": DeltaIOManager(spark=spark_resource, manifest=manifest),
+        },
+        raise_on_error=False,
+    )
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert f"materialize it with the job '{INCREMENTAL_JOB}'" in str(failure.step_failure_data.error)
+    assert not delta_tables.table_exists(spark, f"{warehouse}/sessions")

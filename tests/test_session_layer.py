@@ -21,7 +21,7 @@ from dagster import DagsterInstance
 from incremental_assets import delta_tables
 from incremental_assets.delta_tables import inserted_rows
 from incremental_assets.definitions import build_definitions
-from incremental_assets.incremental import INCREMENTAL_JOB
+from incremental_assets.names import INCREMENTAL_JOB
 from incremental_assets.loader import write_events
 from incremental_assets.sample.stream import events_frame
 from incremental_assets.atomic_events import SAMPLE_SCHEMA
@@ -132,7 +132,7 @@ def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
     ]
     assert first["events_this_run"]["events_found"] == 4  # a0 a1 a2 b1
     assert first["events_this_run"]["duplicates_dropped"] == 1  # the later copy of a2
-    assert first["filtered_events"]["new_events"] == 3  # a0 is before start_date
+    assert first["filtered_events"]["rows_inserted"] == 3  # a0 is before start_date
     assert first["filtered_events"]["before_start_date_dropped"] == 1
     assert table("filtered_events", "event_id", "page_url") == [("a1", "/"), ("a2", "/first"), ("b1", "/")]
 
@@ -141,8 +141,8 @@ def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
         "2021-01-01 06:00:00", "2021-01-02 12:00:00")
     assert second["new_event_limits"]["run_state"] == "standard"
     assert manifest() == both(t("01-02 12:00"))
-    assert (second["filtered_events"]["new_events"], second["filtered_events"]["already_stored"]) == (3, 3)
-    new_rows = inserted_rows(spark, f"{warehouse}/filtered_events", second["filtered_events"]["new_events_version"])
+    assert (second["filtered_events"]["rows_inserted"], second["filtered_events"]["events_offered"]) == (3, 6)
+    new_rows = inserted_rows(spark, f"{warehouse}/filtered_events", second["filtered_events"]["delta_version"])
     assert sorted(r.event_id for r in new_rows.collect()) == ["a3", "b2", "c1"]
 
     load(LATE_COMMITTED)
@@ -165,7 +165,7 @@ def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
     assert (fifth["new_event_limits"]["lower_limit"], fifth["new_event_limits"]["upper_limit"]) == (
         "2021-01-04 07:00:00", "2021-01-05 13:00:00")
     assert table("quarantined_sessions", "session_identifier") == [("S2",)]
-    assert fifth["quarantined_sessions"]["sessions_newly_quarantined"] == 1
+    assert fifth["quarantined_sessions"]["rows_inserted"] == 1
     assert ("S2", t("01-01 12:00"), t("01-04 12:00")) in table(
         "sessions_lifecycle_manifest", "session_identifier", "start_tstamp", "end_tstamp")
     assert fifth["events_this_run"]["events_found"] == 3  # b1 b2 b3; b4 is beyond the cap
@@ -190,5 +190,5 @@ def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
     keyhole = run(lower="2021-01-02T06:00:00", upper="2021-01-03T12:00:00")
     assert keyhole["new_event_limits"]["run_state"] == "keyhole"
     assert keyhole["events_this_run"]["events_found"] == 10
-    assert keyhole["filtered_events"]["new_events"] == 0
+    assert keyhole["filtered_events"]["rows_inserted"] == 0
     assert (snapshot(), manifest()) == (before, positions)

@@ -1,19 +1,18 @@
-"""new_event_limits: the window of this run, decided once and kept (SPEC §4)."""
+"""new_event_limits: the window of this run, decided once (SPEC §4) and handed down the graph."""
 
 from datetime import datetime
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, Config, MetadataValue, Output
 from pydantic import Field
 
 from incremental_assets.assets import spark_delta_asset
-from incremental_assets.incremental import incremental_models_in_run, run_key
-from incremental_assets.logic.limits import keyhole_limits, run_limits
-from incremental_assets.resources.manifests import ManifestResource, RunRecord
-from incremental_assets.resources.spark import SparkResource
+from incremental_assets.incremental import incremental_models_in_run
+from incremental_assets.io_managers.delta import delta_table
+from incremental_assets.logic.limits import RunLimits, keyhole_limits, run_limits
+from incremental_assets.names import BASE_GROUP, NEW_EVENT_LIMITS
+from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import naive, utcnow
-
-BASE_GROUP = "incremental_base"
 
 
 class LimitsConfig(Config):
@@ -32,49 +31,33 @@ def _parse(name: str, value: str) -> datetime:
     return naive(moment)
 
 
+def decide_limits(config: LimitsConfig, settings: IncrementalSettings, manifest: ManifestResource, models: list[str]) -> RunLimits:
+    """An explicit window (keyhole) or the manifest's next one; `now` is evaluated once, here."""
+    if (config.lower is None) != (config.upper is None):
+        raise ValueError("A keyhole backfill needs both lower and upper")
+    now = _parse("now", config.now) if config.now else utcnow()
+    if config.lower is not None:
+        return keyhole_limits(_parse("lower", config.lower), _parse("upper", config.upper), now)
+    return run_limits(
+        manifest.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
+    )
+
+
 @spark_delta_asset(
+    name=NEW_EVENT_LIMITS,
     group_name=BASE_GROUP,
+    metadata=delta_table("append"),
     description="The run's state (first run, new model, out of sync, standard, keyhole) and its window "
     "[lower, upper] over the incremental assets of the run; one row per run, kept as history.",
 )
 def new_event_limits(
-    context: AssetExecutionContext,
-    config: LimitsConfig,
-    settings: IncrementalSettings,
-    spark: SparkResource,
-    manifest: ManifestResource,
-) -> MaterializeResult:
-    settings.validate_all()
-    if (config.lower is None) != (config.upper is None):
-        raise ValueError("A keyhole backfill needs both lower and upper")
-    key = run_key(context)
-    session = spark.session
-    record = manifest.run_record(key)
-    if record is not None:
-        context.log.info(f"Re-executing run {key}: keeping its limits and its 'now' ({record.limits.now})")
-    else:
-        now = _parse("now", config.now) if config.now else utcnow()
-        models = incremental_models_in_run(context)
-        if config.lower is not None:
-            limits = keyhole_limits(_parse("lower", config.lower), _parse("upper", config.upper), now)
-        else:
-            entries = manifest.entries()
-            limits = run_limits(
-                entries, models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
-            )
-        record = RunRecord(key, limits, tuple(models))
-        manifest.record_run(session, record, context.run.run_id)
-    for line in record.limits.log_lines:
+    context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, manifest: ManifestResource
+) -> Output[RunLimits]:
+    models = incremental_models_in_run(context)
+    limits = decide_limits(config, settings, manifest, models)
+    for line in limits.log_lines:
         context.log.info(line)
-    limits = record.limits
-    return MaterializeResult(
-        metadata={
-            "run_state": limits.state.value,
-            "state_message": record.limits.log_lines[0],
-            "lower_limit": str(limits.lower),
-            "upper_limit": str(limits.upper),
-            "now": str(limits.now),
-            "incremental_assets": MetadataValue.json(list(record.models)),
-            "table_uri": MetadataValue.path(manifest.uri("new_event_limits")),
-        }
+    return Output(
+        limits,
+        metadata={"state_message": limits.log_lines[0], "incremental_assets": MetadataValue.json(models)},
     )

@@ -25,11 +25,11 @@ class SampleBatchConfig(Config):
 def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spark: SparkResource) -> MaterializeResult:
     uri = table_uri(SAMPLE_TABLE)
     if read_stream_state(uri) is None:
-        rows = generate_stream(spark.session, uri, SampleParams(), hours=config.hours)
+        rows = generate_stream(spark.spark_session, uri, SampleParams(), hours=config.hours)
     else:
-        rows = append_hours(spark.session, uri, config.hours)
+        rows = append_hours(spark.spark_session, uri, config.hours)
     _, loaded_until = read_stream_state(uri)
-    commit = delta_tables.last_commit(spark.session, uri)
+    commit = delta_tables.last_commit(spark.spark_session, uri)
     return MaterializeResult(
         metadata={
             "rows_appended": rows,

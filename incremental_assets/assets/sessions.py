@@ -1,106 +1,128 @@
-"""The session layer (SPEC §5): lifecycle manifest, quarantine, and the `sessions` table."""
+"""The session layer (SPEC §5): lifecycle manifest, quarantine, this run's batch, and `sessions`.
+
+Each asset returns its rows; the Delta IO manager writes them in the mode the asset declares.
+"""
 
 from datetime import timedelta
 
-from dagster import AssetExecutionContext, MaterializeResult
+from dagster import AssetExecutionContext, AssetIn, AssetOut, Output, multi_asset
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.assets import spark_delta_asset
 from incremental_assets import delta_tables
-from incremental_assets.assets.limits import BASE_GROUP
-from incremental_assets.delta_tables import WriteMode
-from incremental_assets.environment import source_table_uri
-from incremental_assets.incremental import incremental_asset, run_key
-from incremental_assets.io_managers.delta import write_metadata
-from incremental_assets.logic.limits import RunLimits
-from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
+from incremental_assets.environment import source_table_uri, table_uri
+from incremental_assets.incremental import incremental_asset
+from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, delta_table
+from incremental_assets.logic.limits import BatchStats, RunLimits
+from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.spark import SparkResource
+from incremental_assets.run_state import RunBatch
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import sessions as T
-
-LIFECYCLE = "sessions_lifecycle_manifest"
-QUARANTINE = "quarantined_sessions"
-
-
-def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
-    if delta_tables.table_exists(spark, uri):
-        return delta_tables.read_table(spark, uri)
-    return spark.createDataFrame([], schema)
-
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
 QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
 
 
-def this_run(context: AssetExecutionContext, manifest: ManifestResource) -> RunLimits:
-    record = manifest.run_record(run_key(context))
-    if record is None:
-        raise ValueError("This run has no limits: new_event_limits must run first in the same run")
-    return record.limits
+def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
+    """A table's stored rows (state from earlier runs), or none before its first write."""
+    if delta_tables.table_exists(spark, uri):
+        return delta_tables.read_table(spark, uri)
+    return spark.createDataFrame([], schema)
 
 
 @spark_delta_asset(
-    deps=["new_event_limits", "atomic_events"],
+    name=LIFECYCLE,
+    ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
     group_name=BASE_GROUP,
+    metadata=delta_table("upsert", keys=[T.SESSION], partition_by=["start_date"]),
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
 def sessions_lifecycle_manifest(
-    context: AssetExecutionContext, settings: IncrementalSettings, spark: SparkResource, manifest: ManifestResource
-) -> MaterializeResult:
-    session = spark.session
-    limits = this_run(context, manifest)
+    limits: RunLimits, settings: IncrementalSettings, spark: SparkResource
+) -> Output[DataFrame]:
+    session = spark.spark_session
+    ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
-    quarantined = read_or_empty(session, manifest.uri(QUARANTINE), QUARANTINE_SCHEMA)
-    window = T.in_cursor_range(source, settings.session_timestamp, limits.lower, limits.upper)
+    quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
+    window = T.in_cursor_range(source, ts, limits.lower, limits.upper)
     classified = T.classify_window(window, quarantined, settings).cache()
     drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
-    candidates = T.new_session_candidates(classified, settings.session_timestamp)
-
-    uri = manifest.uri(LIFECYCLE)
+    # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
-    stored = read_or_empty(session, uri, LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(candidates, stored, settings.max_session_days).cache()
-    result = delta_tables.write(
-        session, changes, uri, WriteMode.UPSERT, keys=[T.SESSION], partition_by=["start_date"],
-        merge_floor=("start_date", floor),
-    )
+    stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
+    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days).cache()
+    changed = changes.count()
     classified.unpersist()
-    changes.unpersist()
-    metadata = {
-        **write_metadata(changes, uri, result, with_row_count=True),
-        "events_in_window": sum(drops.values()),
-        "eligible_events": drops.get(None, 0),
-        "null_cursor_rows": T.null_cursor_rows(source, settings.session_timestamp, limits.lower, limits.upper),
-        **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
-        "sessions_new_or_changed": result.rows_inserted + result.rows_updated,
-    }
-    return MaterializeResult(metadata=metadata)
-
-
-@spark_delta_asset(
-    deps=[LIFECYCLE],
-    group_name=BASE_GROUP,
-    description="Sessions that reached max_session_days (bots): their events stop being processed, so they "
-    "stop costing scans. Insert-only.",
-)
-def quarantined_sessions(
-    context: AssetExecutionContext, settings: IncrementalSettings, spark: SparkResource, manifest: ManifestResource
-) -> MaterializeResult:
-    session = spark.session
-    limits = this_run(context, manifest)
-    lifecycle = read_or_empty(session, manifest.uri(LIFECYCLE), LIFECYCLE_SCHEMA)
-    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days)
-    new = T.newly_quarantined(active, settings.max_session_days, limits.now)
-    uri = manifest.uri(QUARANTINE)
-    result = delta_tables.write(session, new, uri, WriteMode.MERGE_INSERT, keys=[T.SESSION])
-    return MaterializeResult(
+    return Output(
+        changes,
         metadata={
-            **write_metadata(new, uri, result, with_row_count=True),
-            "sessions_newly_quarantined": result.rows_inserted,
-            }
+            "events_in_window": sum(drops.values()),
+            "eligible_events": drops.get(None, 0),
+            "null_cursor_rows": T.null_cursor_rows(source, ts, limits.lower, limits.upper),
+            **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
+            "sessions_new_or_changed": changed,
+            MERGE_TARGET_FLOOR: floor.isoformat(),
+        },
     )
+
+
+@multi_asset(
+    name="session_batch",
+    ins={"limits": AssetIn(NEW_EVENT_LIMITS), "lifecycle": AssetIn(LIFECYCLE)},
+    outs={
+        QUARANTINE: AssetOut(
+            group_name=BASE_GROUP,
+            kinds=SPARK_DELTA,
+            owners=OWNERS,
+            metadata=delta_table("merge_insert", keys=[T.SESSION]),
+            description="Sessions that reached max_session_days (bots): their events stop being processed, so "
+            "they stop costing scans. Insert-only.",
+        ),
+        EVENTS_THIS_RUN: AssetOut(
+            group_name=BASE_GROUP,
+            kinds=SPARK_DELTA,
+            owners=OWNERS,
+            metadata=delta_table("replace"),
+            description="Scratch table, replaced every run: every event of the sessions active in the window, "
+            "within each session's cap, deduplicated on event_id (earliest wins). Its metadata says what the "
+            "batch found; the incremental assets of the same run consume it.",
+        ),
+    },
+)
+def session_batch(
+    context: AssetExecutionContext, limits: RunLimits, lifecycle: DataFrame, settings: IncrementalSettings,
+    spark: SparkResource,
+):
+    """The sessions active in the window, computed once: the ones to quarantine, and all their events."""
+    ts = settings.session_timestamp
+    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days).cache()
+    yield Output(T.newly_quarantined(active, settings.max_session_days, limits.now), QUARANTINE)
+
+    source = delta_tables.read_table(spark.spark_session, source_table_uri())
+    events = T.session_events(source, active, settings).cache()
+    found = events.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.max(ts).alias("batch_max"),
+        F.sum(F.col(T.COPIES) - 1).alias("duplicates"),
+        F.count_distinct(T.SESSION).alias("sessions"),
+    ).first()
+    stats = BatchStats(limits, found["n"], found["batch_max"], T.next_event_after(source, ts, limits.upper, limits.now))
+    if stats.events_found == 0:
+        context.log.info(f"No eligible events between {limits.lower} and {limits.upper}")
+    yield Output(
+        RunBatch(events.drop(T.COPIES), stats),
+        EVENTS_THIS_RUN,
+        metadata={
+            "dagster/row_count": stats.events_found,
+            "duplicates_dropped": found["duplicates"] or 0,
+            "sessions_this_run": found["sessions"],
+        },
+    )
+    events.unpersist()
+    active.unpersist()
 
 
 @incremental_asset(write_mode="upsert", keys=["session_identifier"])

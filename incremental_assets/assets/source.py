@@ -40,7 +40,7 @@ def summarize_loads(events: DataFrame) -> DataFrame:
 )
 def source_load_summary(context: AssetExecutionContext, spark: SparkResource) -> DataFrame:
     source = source_table_uri()
-    summary = summarize_loads(delta_tables.read_table(spark.session, source)).cache()
+    summary = summarize_loads(delta_tables.read_table(spark.spark_session, source)).cache()
     totals = summary.agg(*[F.sum(c).alias(c) for c in ("rows", "null_event_id", "null_load_tstamp")]).first()
     context.add_output_metadata(
         {

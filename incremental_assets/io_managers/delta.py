@@ -1,4 +1,4 @@
-"""Delta IO manager: each asset declares how its Spark DataFrame is written (its write mode).
+"""Delta IO manager: the one writer of every asset table, in the write mode each asset declares.
 
 Declare it with `delta_table(...)` in the asset's metadata:
 
@@ -8,15 +8,29 @@ Declare it with `delta_table(...)` in the asset's metadata:
 Modes: `replace` (whole table), `append`, `merge_insert` (insert rows whose keys are new; never
 overwrite), `upsert` (update or insert on keys), `replace_partition` (a `replaceWhere` on the
 run's partition time window; a multi-day backfill writes once).
+
+Besides DataFrames it stores a run's state, which later steps of the same run receive as inputs:
+`RunLimits` (a row per run) and `RunBatch` (the scratch table, its stats in the materialization
+metadata). Such an input is loaded only from this run, or the run it re-executes; otherwise the
+step is refused with the job to use. Writes of a run are keyed by a Delta transaction identifier
+of the run that decided its limits, so re-executing a step whose write committed changes nothing.
+
+After a write commits, the state that depends on it moves, through the manifest resource: an
+incremental asset's manifest row (`progress=incremental`), or the days a daily run recomputed
+(`progress=daily`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
+from enum import Enum
 from typing import Any, Mapping
 
 from dagster import (
+    AssetKey,
     ConfigurableIOManager,
+    Failure,
     InputContext,
     MetadataValue,
     OutputContext,
@@ -24,15 +38,37 @@ from dagster import (
     TableSchema,
     TimeWindowPartitionsDefinition,
 )
+from dagster._core.events.log import EventLogEntry
 from pydantic import Field
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
-from incremental_assets import delta_tables
-from incremental_assets.delta_tables import DeltaWriteError, Window, WriteMode
+from incremental_assets import delta_tables, previews
+from incremental_assets.delta_tables import DeltaWriteError, Txn, Window, WriteMode
 from incremental_assets.environment import table_uri, warehouse_root
-from incremental_assets.resources.spark import build_spark_session
+from incremental_assets.logic.limits import Cursor, RunLimits
+from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.resources.spark import SparkResource
+from incremental_assets.run_state import (
+    LIMITS_SCHEMA,
+    RunBatch,
+    batch_metadata,
+    limits_from_row,
+    limits_metadata,
+    limits_row,
+    stats_from_metadata,
+)
+from incremental_assets.utc import aware_row
 
 METADATA_KEY = "delta_table"
+# Output metadata an asset may attach to steer its write (shown in the UI as well):
+MERGE_TARGET_FLOOR = "merge_target_floor"  # ISO date: a MERGE reads only target rows with partition >= it
+EVENTS_PER_DAY = "events_per_day"  # {day: events} of a progress=daily write, recorded as processed
+
+
+class Progress(str, Enum):
+    INCREMENTAL = "incremental"  # the asset's incremental_manifest row advances after each commit
+    DAILY = "daily"  # the days a partition run wrote are marked processed in the daily manifest
 
 
 def delta_table(
@@ -40,9 +76,14 @@ def delta_table(
     keys: list[str] | None = None,
     partition_by: list[str] | None = None,
     partition_column: str | None = None,
+    progress: str | None = None,
+    change_feed: bool = False,
 ) -> dict[str, Any]:
     """Asset metadata that tells the Delta IO manager how to write the asset."""
-    spec = TableSpec(WriteMode(write_mode), tuple(keys or ()), tuple(partition_by or ()), partition_column)
+    spec = TableSpec(
+        WriteMode(write_mode), tuple(keys or ()), tuple(partition_by or ()), partition_column,
+        Progress(progress) if progress else None, change_feed,
+    )
     spec.validate()
     return {METADATA_KEY: spec.as_metadata()}
 
@@ -53,12 +94,16 @@ class TableSpec:
     keys: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
     partition_column: str | None = None
+    progress: Progress | None = None
+    change_feed: bool = False  # record the change data feed (the rows each MERGE inserted)
 
     def validate(self) -> None:
         if self.write_mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT) and not self.keys:
             raise DeltaWriteError(f"write mode {self.write_mode.value} needs key columns")
         if self.write_mode is WriteMode.REPLACE_PARTITION and not self.partition_column:
             raise DeltaWriteError("write mode replace_partition needs partition_column")
+        if self.progress is Progress.DAILY and self.write_mode is not WriteMode.REPLACE_PARTITION:
+            raise DeltaWriteError("progress=daily needs write mode replace_partition")
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -66,6 +111,8 @@ class TableSpec:
             "keys": list(self.keys),
             "partition_by": list(self.partition_by),
             "partition_column": self.partition_column,
+            "progress": self.progress.value if self.progress else None,
+            "change_feed": self.change_feed,
         }
 
     @classmethod
@@ -79,12 +126,16 @@ class TableSpec:
             tuple(raw.get("keys") or ()),
             tuple(raw.get("partition_by") or ()),
             raw.get("partition_column"),
+            Progress(raw["progress"]) if raw.get("progress") else None,
+            bool(raw.get("change_feed")),
         )
 
 
 class DeltaIOManager(ConfigurableIOManager):
     """Stores each asset as the Delta table `<warehouse_root>/<asset name>`."""
 
+    spark: SparkResource
+    manifest: ManifestResource
     warehouse_root: str | None = Field(
         default=None, description="Warehouse root; default INCREMENTAL_ASSETS_WAREHOUSE or ./warehouse"
     )
@@ -92,28 +143,98 @@ class DeltaIOManager(ConfigurableIOManager):
     def uri(self, asset_name: str) -> str:
         return table_uri(asset_name, self.warehouse_root or warehouse_root())
 
-    def handle_output(self, context: OutputContext, obj: DataFrame | None) -> None:
+    # -- writing --------------------------------------------------------------------------
+    def handle_output(self, context: OutputContext, obj: DataFrame | RunLimits | RunBatch | None) -> None:
         name = context.asset_key.path[-1]
         uri = self.uri(name)
-        if obj is None:
-            context.log.info(f"{name}: nothing to write this run; {uri} left as it was")
-            context.add_output_metadata({"written": False, "table_uri": MetadataValue.path(uri)})
-            return
         spec = TableSpec.of(context.definition_metadata, name)
-        window = self._output_window(context, spec, uri)
-        result = delta_tables.write(
-            obj.sparkSession, obj, uri, spec.write_mode, spec.keys, spec.partition_by, window
-        )
-        context.add_output_metadata(write_metadata(obj, uri, result))
-        if window is not None:
-            self._record_partition_counts(context, obj.sparkSession, uri, window)
-        elif not context.has_asset_partitions:
-            context.add_output_metadata({"dagster/row_count": delta_tables.row_count(obj.sparkSession, uri)})
+        cursor = self._cursor(context, name) if spec.progress is Progress.INCREMENTAL else None
+        if cursor is not None and cursor.ahead:
+            context.log.info(f"{name} is already at {cursor.entry.position}, past this run's upper limit: nothing to do")
+            context.add_output_metadata({"skipped": "already ahead of this run's window"})
+            return
+        frame, metadata = self._frame(context, obj)
+        if frame is None:
+            context.add_output_metadata({**metadata, "written": False, "table_uri": MetadataValue.path(uri)})
+        else:
+            self._write(context, spec, frame, uri, metadata)
+        if cursor is not None:
+            self._advance(context, cursor)
+        if spec.progress is Progress.DAILY:
+            per_day = _value(context.output_metadata.get(EVENTS_PER_DAY)) or {}
+            days = [date.fromisoformat(key) for key in context.asset_partition_keys]
+            self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
 
-    def load_input(self, context: InputContext) -> DataFrame:
+    def _frame(self, context: OutputContext, obj) -> tuple[DataFrame | None, dict[str, Any]]:
+        """The rows to write and the metadata that describes them."""
+        if isinstance(obj, RunLimits):
+            spark = self.spark.spark_session
+            return spark.createDataFrame([aware_row(limits_row(obj, context.run_id))], LIMITS_SCHEMA), limits_metadata(obj)
+        if isinstance(obj, RunBatch):
+            return obj.events, batch_metadata(obj.stats)
+        return obj, {}
+
+    def _write(self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, metadata: dict) -> None:
+        spark = frame.sparkSession
+        window = self._output_window(context, spec, uri)
+        if spec.change_feed:
+            delta_tables.create_with_change_feed(spark, uri, frame.schema, spec.partition_by)
+        floor = _value(context.output_metadata.get(MERGE_TARGET_FLOOR))
+        merge_floor = (spec.partition_by[0], date.fromisoformat(floor)) if floor and spec.partition_by else None
+        txn = self._txn(context)
+        result = delta_tables.write(
+            spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn
+        )
+        if frame.is_cached:  # cached by its asset for the stats it computed; written now
+            frame.unpersist()
+        if result.skipped:
+            context.log.info(f"{uri}: this run's write is already committed (Delta transaction {txn.app_id})")
+        context.add_output_metadata({**metadata, **write_metadata(frame, uri, result)})
+        if window is not None:
+            self._record_partition_counts(context, spark, uri, window)
+        elif not context.has_asset_partitions:
+            context.add_output_metadata({"dagster/row_count": previews.row_count(uri)})
+
+    def _txn(self, context: OutputContext) -> Txn | None:
+        """Writes of the incremental job are keyed by the run that decided the window, so a re-executed
+        step does not write again; other writes (daily partitions) are idempotent by their mode."""
+        if context.asset_key.path[-1] == NEW_EVENT_LIMITS:
+            return Txn(f"run-{context.run_id}")
+        limits = self._materialized_in_this_run(context, NEW_EVENT_LIMITS)
+        return Txn(f"run-{limits.run_id}") if limits is not None else None
+
+    def _cursor(self, context: OutputContext, name: str) -> Cursor:
+        batch = stats_from_metadata(_metadata(self._required_from_this_run(context, EVENTS_THIS_RUN)))
+        return Cursor(name, self.manifest.entries().get(name), batch)
+
+    def _advance(self, context: OutputContext, cursor: Cursor) -> None:
+        """Right after the write committed: Snowplow's end-of-run manifest update, one asset at a time."""
+        entry = self.manifest.advance(cursor, context.run_id)
+        if entry is None:
+            context.add_output_metadata({"manifest": "not moved: explicit window (keyhole backfill)"})
+            return
+        context.add_output_metadata({"manifest_position": str(entry.position)})
+        if entry.last_upper is not None and entry.last_upper != (cursor.entry and cursor.entry.last_upper):
+            limits = cursor.batch.limits
+            context.log.warning(
+                f"No new eligible event between {limits.lower} and {limits.upper}: "
+                f"{cursor.model} resumes from {entry.last_upper} next run"
+            )
+            context.add_output_metadata({"resumes_past_gap_from": str(entry.last_upper)})
+
+    # -- reading --------------------------------------------------------------------------
+    def load_input(self, context: InputContext) -> DataFrame | RunLimits | RunBatch:
         name = context.asset_key.path[-1]
         uri = self.uri(name)
-        spark = SparkSession.getActiveSession() or build_spark_session()
+        kind = context.dagster_type.typing_type
+        if kind is RunLimits:
+            run_id = self._required_from_this_run(context, name).run_id
+            [row] = previews.read_rows(uri, filters=[("run_id", "=", run_id)])
+            return limits_from_row(row)
+        spark = self.spark.spark_session
+        if kind is RunBatch:
+            stats = stats_from_metadata(_metadata(self._required_from_this_run(context, name)))
+            return RunBatch(delta_tables.read_table(spark, uri), stats)
         df = delta_tables.read_table(spark, uri)
         if not context.has_asset_partitions:
             return df
@@ -124,6 +245,24 @@ class DeltaIOManager(ConfigurableIOManager):
         window = partition_window(spec.partition_column, context.asset_partitions_time_window)
         return df.where(window.condition(_partition_kind(df, spec.partition_column, uri)))
 
+    # -- run state belongs to its run ---------------------------------------------------------
+    def _materialized_in_this_run(self, context: InputContext | OutputContext, asset: str) -> EventLogEntry | None:
+        """The materialization of `asset` by this run, or by a run this one re-executes."""
+        instance = context.step_context.instance
+        event = instance.get_latest_materialization_event(AssetKey(asset))
+        return event if event is not None and event.run_id in _lineage(instance, context.step_context.run_id) else None
+
+    def _required_from_this_run(self, context: InputContext | OutputContext, asset: str) -> EventLogEntry:
+        event = self._materialized_in_this_run(context, asset)
+        if event is None:
+            raise Failure(
+                f"{context.step_context.step.key} consumes the {asset} of its own run, and this run has none: "
+                f"materialize it with the job '{INCREMENTAL_JOB}' (or select it together with the whole base "
+                f"chain: new_event_limits, sessions_lifecycle_manifest, quarantined_sessions, events_this_run)."
+            )
+        return event
+
+    # -- partitions --------------------------------------------------------------------------
     def _output_window(self, context: OutputContext, spec: TableSpec, uri: str) -> Window | None:
         partitioned = context.has_asset_partitions
         if spec.write_mode is WriteMode.REPLACE_PARTITION:
@@ -137,7 +276,7 @@ class DeltaIOManager(ConfigurableIOManager):
             )
         return None
 
-    def _record_partition_counts(self, context: OutputContext, spark: SparkSession, uri: str, window: Window) -> None:
+    def _record_partition_counts(self, context: OutputContext, spark, uri: str, window: Window) -> None:
         """Each partition of a range write gets its own row count, not the range total."""
         counts = partition_row_counts(spark, uri, window, context.asset_partitions_def, context.asset_partition_keys)
         for key, rows in counts.items():
@@ -150,7 +289,25 @@ class DeltaIOManager(ConfigurableIOManager):
         context.add_output_metadata({"partitions_written": len(counts)})
 
 
-def partition_row_counts(spark: SparkSession, uri: str, window: Window, partitions_def, keys) -> dict[str, int]:
+def _lineage(instance, run_id: str) -> set[str]:
+    """This run and the runs it re-executes (whose step outputs it reuses)."""
+    lineage: set[str] = set()
+    while run_id and run_id not in lineage:
+        lineage.add(run_id)
+        run = instance.get_run_by_id(run_id)
+        run_id = run.parent_run_id if run else None
+    return lineage
+
+
+def _metadata(event: EventLogEntry) -> dict[str, Any]:
+    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+
+
+def _value(metadata_value: Any) -> Any:
+    return metadata_value.value if isinstance(metadata_value, MetadataValue) else metadata_value
+
+
+def partition_row_counts(spark, uri: str, window: Window, partitions_def, keys) -> dict[str, int]:
     """Rows of the table in each time partition `keys` of `window`, from one grouped read."""
     if not isinstance(partitions_def, TimeWindowPartitionsDefinition):
         raise DeltaWriteError(f"replace_partition into {uri} needs time-window partitions")
@@ -162,11 +319,9 @@ def partition_row_counts(spark: SparkSession, uri: str, window: Window, partitio
     return per_key
 
 
-def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult, with_row_count: bool = False) -> dict[str, Any]:
-    """What a write did (Delta operation metrics, version, schema); optionally the table's row count."""
-    counted = {"dagster/row_count": delta_tables.row_count(df.sparkSession, uri)} if with_row_count else {}
+def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
+    """What a write did: Delta operation metrics, version, table path, schema."""
     return {
-        **counted,
         "write_mode_operation": result.operation,
         "rows_inserted": result.rows_inserted,
         "rows_updated": result.rows_updated,

@@ -94,43 +94,61 @@ def keyhole_limits(lower: datetime, upper: datetime, now: datetime) -> RunLimits
     return RunLimits(RunState.KEYHOLE, lower, upper, now)
 
 
-def is_ahead(entry: ManifestEntry | None, limits: RunLimits) -> bool:
-    """An asset whose position is already at or past the run's upper limit has nothing to do."""
-    return entry is not None and entry.position is not None and limits.upper <= entry.position
+@dataclass(frozen=True)
+class BatchStats:
+    """What a run's batch (events_this_run) found; it decides how every incremental asset moves."""
+
+    limits: RunLimits
+    events_found: int
+    batch_max: datetime | None  # greatest cursor value among the batch's events
+    next_event: datetime | None  # first source event after the window (up to now); None: caught up
+
+    @property
+    def caught_up(self) -> bool:
+        """No source event lies past the window: every one loaded so far was inside a processed window."""
+        return self.next_event is None
 
 
-def advance(
-    entry: ManifestEntry | None,
-    model: str,
-    batch_max: datetime | None,
-    resume_from: datetime | None,
-) -> ManifestEntry:
-    """The manifest row of an asset that succeeded in this run.
+@dataclass(frozen=True)
+class Cursor:
+    """One incremental asset in one run: the manifest contract, decided in one place.
 
-    `batch_max` is the greatest cursor value of the run's events (None when it had none). When
-    it does not go past the asset's position, the window held nothing new and Snowplow would
-    repeat it forever (FIX "never stuck"): the position moves to `resume_from` instead, the next
-    source event after the window, or the window's upper limit when there is none yet.
+    Skip when already ahead; after the asset's write commits, advance its row. An explicit window
+    (keyhole backfill) writes no state.
     """
-    entry = entry or ManifestEntry(model)
-    last_success = max((t for t in (entry.last_success, batch_max) if t is not None), default=None)
-    progressed = batch_max is not None and (entry.position is None or batch_max > entry.position)
-    last_upper = entry.last_upper
-    if not progressed and resume_from is not None:
-        last_upper = max(t for t in (entry.last_upper, resume_from) if t is not None)
-    return replace(
-        entry, last_success=last_success, last_upper=last_upper, first_success=entry.first_success or last_success
-    )
+
+    model: str
+    entry: ManifestEntry | None
+    batch: BatchStats
+
+    @property
+    def ahead(self) -> bool:
+        """Already at or past this run's upper limit (e.g. the others during a new asset's backfill)."""
+        position = self.entry.position if self.entry else None
+        limits = self.batch.limits
+        return limits.moves_manifest and position is not None and limits.upper <= position
+
+    def advanced(self) -> ManifestEntry | None:
+        """The row to store once this asset's write committed; None when no state is written.
+
+        `last_success` takes the batch maximum. When that does not go past the asset's position the
+        window held nothing new, and Snowplow would repeat it forever (FIX "never stuck"): the
+        position moves on to the next source event, or to the window's upper limit when there is
+        none yet.
+        """
+        if not self.batch.limits.moves_manifest or self.ahead:
+            return None
+        entry = self.entry or ManifestEntry(self.model)
+        batch_max = self.batch.batch_max
+        last_success = _latest(entry.last_success, batch_max)
+        progressed = batch_max is not None and (entry.position is None or batch_max > entry.position)
+        last_upper = entry.last_upper
+        if not progressed:
+            last_upper = _latest(entry.last_upper, self.batch.next_event or self.batch.limits.upper)
+        return replace(
+            entry, last_success=last_success, last_upper=last_upper, first_success=entry.first_success or last_success
+        )
 
 
-def advance_all(
-    manifest: Mapping[str, ManifestEntry],
-    succeeded: Iterable[str],
-    batch_max: datetime | None,
-    resume_from: datetime | None = None,
-) -> dict[str, ManifestEntry]:
-    """The whole manifest after a run: assets that succeeded advance, all others keep their row."""
-    updated = dict(manifest)
-    for model in succeeded:
-        updated[model] = advance(manifest.get(model), model, batch_max, resume_from)
-    return updated
+def _latest(*moments: datetime | None) -> datetime | None:
+    return max((m for m in moments if m is not None), default=None)

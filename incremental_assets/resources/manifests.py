@@ -1,85 +1,58 @@
-"""The manifest resource: owns `incremental_manifest` and the per-run `new_event_limits` record.
+"""The manifest resource: the one writer of `incremental_manifest` and `daily_aggregation_manifest`.
 
-Runs read and write through Spark (one Delta transaction per change); previews and sensors read
-the same small tables without a JVM (deltalake).
+Both tables are small (a row per incremental asset, a row per event day), so they are read and
+written with deltalake: milliseconds, no JVM, and the same code for runs, previews and sensors.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from datetime import date, datetime
+from dataclasses import fields
+from datetime import date
+from typing import Mapping
 
+import pyarrow as pa
 from dagster import ConfigurableResource
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
-from pyspark.sql import SparkSession
-from pyspark.sql import types as T
 
-from incremental_assets import delta_tables, previews
-from incremental_assets.delta_tables import WriteMode
+from incremental_assets import previews
 from incremental_assets.environment import table_uri, warehouse_root
-from incremental_assets.logic.days import DayStatus
-from incremental_assets.logic.limits import ManifestEntry, RunLimits, RunState
-from incremental_assets.utc import aware_row, naive, utcnow
-
+from incremental_assets.logic.days import DayStatus, mark_processed
+from incremental_assets.logic.limits import Cursor, ManifestEntry
+from incremental_assets.utc import aware, naive, utcnow
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
-NEW_EVENT_LIMITS = "new_event_limits"
 DAILY_MANIFEST = "daily_aggregation_manifest"
-CONSUMED_KEY = "filtered_events_version"
+# The daily manifest records, as a Delta transaction identifier committed with its rows, the
+# filtered_events version whose inserts it has counted. Identifiers live in checkpoints, so log
+# cleanup cannot lose them, and the count and the version can never disagree after a crash.
+CONSUMED_APP_ID = "filtered_events"
 
-DAILY_SCHEMA = T.StructType(
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+MANIFEST_SCHEMA = pa.schema(
     [
-        T.StructField("event_date", T.DateType(), False),
-        T.StructField("processed_events", T.LongType()),
-        T.StructField("pending_late_events", T.LongType()),
-        T.StructField("late_events_total", T.LongType()),
-        T.StructField("max_load_tstamp", T.TimestampType()),
-        T.StructField("max_delay_hours", T.DoubleType()),
-        T.StructField("status", T.StringType()),
-        T.StructField("last_processed_at", T.TimestampType()),
-        T.StructField("last_run_id", T.StringType()),
+        pa.field("model", pa.string(), nullable=False),
+        ("first_success", UTC_TIMESTAMP),
+        ("last_success", UTC_TIMESTAMP),
+        ("last_upper", UTC_TIMESTAMP),
+        ("updated_at", UTC_TIMESTAMP),
+        ("last_run_id", pa.string()),
     ]
 )
-
-MANIFEST_SCHEMA = T.StructType(
+DAILY_SCHEMA = pa.schema(
     [
-        T.StructField("model", T.StringType(), False),
-        T.StructField("first_success", T.TimestampType()),
-        T.StructField("last_success", T.TimestampType()),
-        T.StructField("last_upper", T.TimestampType()),
-        T.StructField("updated_at", T.TimestampType()),
-        T.StructField("last_run_id", T.StringType()),
+        pa.field("event_date", pa.date32(), nullable=False),
+        ("processed_events", pa.int64()),
+        ("pending_late_events", pa.int64()),
+        ("late_events_total", pa.int64()),
+        ("max_load_tstamp", UTC_TIMESTAMP),
+        ("max_delay_hours", pa.float64()),
+        ("status", pa.string()),
+        ("last_processed_at", UTC_TIMESTAMP),
+        ("last_run_id", pa.string()),
     ]
 )
-
-LIMITS_SCHEMA = T.StructType(
-    [
-        T.StructField("run_key", T.StringType(), False),
-        T.StructField("run_id", T.StringType()),
-        T.StructField("state", T.StringType()),
-        T.StructField("lower_limit", T.TimestampType()),
-        T.StructField("upper_limit", T.TimestampType()),
-        T.StructField("now", T.TimestampType()),
-        T.StructField("models", T.ArrayType(T.StringType())),
-        T.StructField("events_found", T.LongType()),
-        T.StructField("batch_max", T.TimestampType()),
-        T.StructField("resume_from", T.TimestampType()),
-        T.StructField("recorded_at", T.TimestampType()),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """What a run decided (limits, its incremental assets) and, once known, what it found."""
-
-    run_key: str
-    limits: RunLimits
-    models: tuple[str, ...]
-    events_found: int | None = None
-    batch_max: datetime | None = None
-    resume_from: datetime | None = None
 
 
 class ManifestResource(ConfigurableResource):
@@ -90,29 +63,16 @@ class ManifestResource(ConfigurableResource):
 
     # -- incremental manifest ------------------------------------------------------------
     def entries(self) -> dict[str, ManifestEntry]:
-        """Read without a JVM: runs, previews and sensors alike (the table is one row per asset)."""
         rows = previews.read_rows(self.uri(INCREMENTAL_MANIFEST)) or []
         return {row["model"]: _entry(row) for row in rows}
 
-    def save(self, spark: SparkSession, entry: ManifestEntry, run_id: str) -> None:
-        row = (entry.model, entry.first_success, entry.last_success, entry.last_upper, utcnow(), run_id)
-        frame = spark.createDataFrame([aware_row(row)], MANIFEST_SCHEMA)
-        delta_tables.write(spark, frame, self.uri(INCREMENTAL_MANIFEST), WriteMode.UPSERT, keys=["model"])
-
-    # -- per-run limits ------------------------------------------------------------------
-    def run_record(self, run_key: str) -> RunRecord | None:
-        rows = previews.read_rows(self.uri(NEW_EVENT_LIMITS), filters=[("run_key", "=", run_key)]) or []
-        return _record(rows[0]) if rows else None
-
-    def record_run(self, spark: SparkSession, record: RunRecord, run_id: str) -> None:
-        limits = record.limits
-        row = (
-            record.run_key, run_id, limits.state.value, limits.lower, limits.upper, limits.now,
-            list(record.models), record.events_found, record.batch_max, record.resume_from, utcnow(),
-        )
-        frame = spark.createDataFrame([aware_row(row)], LIMITS_SCHEMA)
-        delta_tables.write(spark, frame, self.uri(NEW_EVENT_LIMITS), WriteMode.UPSERT, keys=["run_key"])
-
+    def advance(self, cursor: Cursor, run_id: str) -> ManifestEntry | None:
+        """Store the cursor's new position (after its asset's write committed); None: nothing stored."""
+        entry = cursor.advanced()
+        if entry is not None:
+            row = {**{f.name: getattr(entry, f.name) for f in fields(entry)}, "updated_at": utcnow(), "last_run_id": run_id}
+            self._upsert(INCREMENTAL_MANIFEST, [row], MANIFEST_SCHEMA, key="model")
+        return entry
 
     # -- daily aggregation manifest -------------------------------------------------------
     def days(self) -> dict[date, DayStatus]:
@@ -120,25 +80,54 @@ class ManifestResource(ConfigurableResource):
         return {row["event_date"]: _day(row) for row in rows}
 
     def consumed_version(self) -> int | None:
-        """The filtered_events version whose inserts the daily manifest has counted, kept in the
-        manifest's own commits so the two can never disagree after a crash."""
-        return previews.latest_marker(self.uri(DAILY_MANIFEST), CONSUMED_KEY)
+        """The filtered_events version whose inserts the daily manifest has counted."""
+        try:
+            return DeltaTable(self.uri(DAILY_MANIFEST)).transaction_version(CONSUMED_APP_ID)
+        except TableNotFoundError:
+            return None
 
-    def save_days(self, spark: SparkSession, days: list[DayStatus], consumed_version: int | None = None) -> None:
+    def save_days(self, days: list[DayStatus], consumed_version: int | None = None) -> None:
+        """Upsert day rows; with `consumed_version`, in the same commit as that version's identifier."""
         if not days:
-            # Nothing to record. Inserts that changed no day (none do: every insert is on a day
-            # >= start_date) could be read again next run and would again change nothing.
+            # Nothing to record: inserts that changed no day would change none when read again.
             return
-        rows = [aware_row(tuple(getattr(d, f.name) for f in DAILY_SCHEMA.fields)) for d in days]
-        marker = json.dumps({CONSUMED_KEY: consumed_version}) if consumed_version is not None else None
-        frame = spark.createDataFrame(rows, DAILY_SCHEMA)
-        delta_tables.write(
-            spark, frame, self.uri(DAILY_MANIFEST), WriteMode.UPSERT, keys=["event_date"], user_metadata=marker
+        txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
+        rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]
+        self._upsert(DAILY_MANIFEST, rows, DAILY_SCHEMA, key="event_date", txn=txn)
+
+    def mark_processed(self, days: list[date], events_per_day: Mapping[date, int], run_id: str) -> None:
+        """Days recomputed whole from filtered_events: their pending late events are now applied."""
+        known = self.days()
+        now = utcnow()
+        self.save_days(
+            [
+                mark_processed(known.get(day) or DayStatus(day), events_per_day.get(day, 0), now, run_id)
+                for day in days
+                if events_per_day.get(day) or day in known
+            ]
+        )
+
+    def _upsert(self, table: str, rows: list[dict], schema: pa.Schema, key: str, txn: Transaction | None = None) -> None:
+        data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], schema)
+        properties = CommitProperties(app_transactions=[txn]) if txn else None
+        uri = self.uri(table)
+        try:
+            target = DeltaTable(uri)
+        except TableNotFoundError:
+            write_deltalake(uri, data, mode="error", commit_properties=properties)
+            return
+        (
+            target.merge(
+                data, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t", commit_properties=properties
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
         )
 
 
 def _day(row: dict) -> DayStatus:
-    values = {f.name: row[f.name] for f in DAILY_SCHEMA.fields}
+    values = {f.name: row[f.name] for f in fields(DayStatus)}
     values["max_load_tstamp"] = naive(values["max_load_tstamp"])
     values["last_processed_at"] = naive(values["last_processed_at"])
     return DayStatus(**values)
@@ -146,13 +135,3 @@ def _day(row: dict) -> DayStatus:
 
 def _entry(row: dict) -> ManifestEntry:
     return ManifestEntry(row["model"], *(naive(row[c]) for c in ("last_success", "last_upper", "first_success")))
-
-
-def _record(row: dict) -> RunRecord:
-    limits = RunLimits(RunState(row["state"]), *(naive(row[c]) for c in ("lower_limit", "upper_limit", "now")))
-    return RunRecord(
-        row["run_key"], limits, tuple(row["models"] or ()), row["events_found"],
-        naive(row["batch_max"]), naive(row["resume_from"]),
-    )
-
-

@@ -1,18 +1,22 @@
 """One Delta-enabled SparkSession per process (so: per run with the in-process executor).
 
-The Delta jars are resolved from Maven Central once, by Spark's own package resolution, into a
-cache the project owns. Every later start points `spark.jars` at the cached files and needs no
-network.
+The Delta jars are resolved from Maven Central once, by Spark's own package resolution in a child
+process with the project's Ivy settings (never the user's ~/.m2 or ~/.ivy2), into a cache the
+project owns. Every later start points `spark.jars` at the cached files and needs no network.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from dagster import ConfigurableResource
-from pydantic import Field, PrivateAttr
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 from pyspark.sql import SparkSession
 
 from incremental_assets.environment import jar_cache_dir
@@ -20,6 +24,40 @@ from incremental_assets.environment import jar_cache_dir
 DELTA_VERSION = "4.0.1"
 DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 JAR_LIST_FILE = "resolved-jars.txt"
+
+# Maven Central only (the cache is spark.jars.ivy). Spark's default settings look in ~/.m2 and
+# ~/.ivy2 first, and a POM there without its jar (left by `mvn dependency:get` or an interrupted
+# build) makes Ivy pick that copy and then fail to download the jar.
+IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" usepoms="true" root="https://repo1.maven.org/maven2/"/>
+  </resolvers>
+</ivysettings>
+"""
+
+# Run in a fresh interpreter: a process whose JVM is already up would reuse it and resolve nothing.
+RESOLVE_SCRIPT = """
+import json, sys
+from pyspark.sql import SparkSession
+builder = SparkSession.builder.master("local[1]").appName("incremental_assets-resolve-jars")
+for key, value in json.loads(sys.argv[1]).items():
+    builder = builder.config(key, value)
+builder.getOrCreate().stop()
+"""
+
+# Lines of Ivy's and Spark's output that say why a resolution failed.
+FAILURE_MARKERS = (
+    "unresolved dependency",
+    "not found",
+    "download failed",
+    "failed downloads",
+    "unknownhost",
+    "connection",
+    "server access error",
+    "timed out",
+    "exception in thread",
+)
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -55,34 +93,51 @@ def cached_delta_jars() -> list[str] | None:
     return jars
 
 
-def _delta_jar_conf() -> dict[str, str]:
-    jars = cached_delta_jars()
-    if jars is not None:
-        return {"spark.jars": ",".join(jars)}
-    # Not resolved yet: let Spark resolve into the project cache (needs the network once).
-    return {"spark.jars.packages": DELTA_PACKAGE, "spark.jars.ivy": str(_version_dir() / "ivy")}
-
-
 def resolve_delta_jars() -> list[str]:
     """Resolve the Delta jars into the project cache (idempotent); returns the jar paths."""
     jars = cached_delta_jars()
-    if jars is not None:
-        return jars
-    ivy = _version_dir() / "ivy"
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("incremental_assets-resolve-jars")
-        .config("spark.jars.packages", DELTA_PACKAGE)
-        .config("spark.jars.ivy", str(ivy))
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.stop()
-    jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar"))
-    if not any("delta-spark" in Path(j).name for j in jars):
-        raise RuntimeError(f"Delta jars were not resolved into {ivy}: check access to Maven Central")
-    (_version_dir() / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
+    if jars is None:
+        jars = _resolve(DELTA_PACKAGE)
+        (_version_dir() / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
     return jars
+
+
+def _resolve(package: str) -> list[str]:
+    """Resolve `package` ("group:artifact:version") and its dependencies into the project cache.
+
+    A failure raises with Ivy's reason: in-process, Spark would only report that the Java
+    gateway exited.
+    """
+    ivy = _version_dir() / "ivy"
+    settings = _version_dir() / "ivysettings.xml"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(IVY_SETTINGS)
+    conf = {
+        "spark.jars.packages": package,
+        "spark.jars.ivy": str(ivy),
+        "spark.jars.ivySettings": str(settings),
+        "spark.ui.enabled": "false",
+    }
+    # Without Spark Connect variables the child starts a local JVM, which is what resolves.
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    result = subprocess.run(
+        [sys.executable, "-c", RESOLVE_SCRIPT, json.dumps(conf)], env=env, capture_output=True, text=True
+    )
+    group, artifact, version = package.split(":")
+    jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar"))
+    if result.returncode != 0 or f"{group}_{artifact}-{version}.jar" not in {Path(j).name for j in jars}:
+        raise RuntimeError(
+            f"Could not resolve {package} from Maven Central into {ivy} (Ivy settings: {settings}):\n"
+            + _failure_cause(result.stdout + result.stderr)
+        )
+    return jars
+
+
+def _failure_cause(output: str) -> str:
+    """The lines of the resolver's output that name the cause, or its tail when none does."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    cause = [line for line in lines if any(marker in line.lower() for marker in FAILURE_MARKERS)]
+    return "\n".join(dict.fromkeys(cause or lines[-20:]))
 
 
 def build_spark_session(
@@ -90,7 +145,7 @@ def build_spark_session(
     remote: str | None = None,
     shuffle_partitions: int = 4,
     app_name: str = "incremental_assets",
-    extra_conf: dict[str, str] | None = None,
+    extra_conf: dict[str, Any] | None = None,
 ) -> SparkSession:
     """Return the process's Delta-enabled session, creating it on first use.
 
@@ -105,7 +160,9 @@ def build_spark_session(
         builder = builder.remote(remote)
     else:
         builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
-        for key, value in {**LOCAL_CONF, **DELTA_CONF, **_delta_jar_conf()}.items():
+        # Normally a cache hit; resolves first (needs the network once) when set-up was skipped.
+        jars = {"spark.jars": ",".join(resolve_delta_jars())}
+        for key, value in {**LOCAL_CONF, **DELTA_CONF, **jars}.items():
             builder = builder.config(key, value)
     builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra_conf or {}).items():
@@ -118,24 +175,28 @@ def build_spark_session(
     return session
 
 
-class SparkResource(ConfigurableResource):
-    """The run's SparkSession. With the in-process executor every step of a run shares it."""
+class SparkResource(LazyPySparkResource):
+    """The run's SparkSession, started on first use of `spark_session`: a step that fails its
+    checks first never pays for a JVM. With the in-process executor every step of a run shares it.
+    """
 
     master: str | None = Field(default=None, description="Spark master URL; default SPARK_MASTER or local[*]")
     remote: str | None = Field(default=None, description="Spark Connect URL; default SPARK_REMOTE")
     shuffle_partitions: int = Field(default=4, description="spark.sql.shuffle.partitions")
-    extra_conf: dict[str, str] = Field(default_factory=dict, description="Any other Spark settings")
+    spark_config: dict[str, Any] = Field(default_factory=dict, description="Any other Spark settings")
 
-    _session: SparkSession | None = PrivateAttr(default=None)
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        """The project's resource, not Dagster's: keeps the UI and telemetry from labelling it theirs."""
+        return False
 
-    @property
-    def session(self) -> SparkSession:
-        """Started on first use, so a step that fails its checks first never pays for a JVM."""
-        if self._session is None:
-            self._session = build_spark_session(
+    def _init_session(self) -> None:
+        """dagster-pyspark's builds a bare session from spark_config; this adds the project's
+        Delta, UTC and jar-cache settings and Spark Connect."""
+        if self._spark_session is None:
+            self._spark_session = build_spark_session(
                 master=self.master,
                 remote=self.remote,
                 shuffle_partitions=self.shuffle_partitions,
-                extra_conf=self.extra_conf,
+                extra_conf=self.spark_config,
             )
-        return self._session

@@ -35,17 +35,17 @@ from incremental_assets.resources.spark import SparkResource
 
 @asset
 def step_one(spark: SparkResource) -> None:
-    spark.session.range(1000).count()
+    spark.spark_session.range(1000).count()
 
 
 @asset(deps=[step_one])
 def step_two(spark: SparkResource) -> None:
-    spark.session.range(1000).selectExpr("sum(id)").first()
+    spark.spark_session.range(1000).selectExpr("sum(id)").first()
 
 
 @asset(deps=[step_two])
 def step_three(spark: SparkResource) -> None:
-    spark.session.range(1000).groupBy((F.col("id") % 7).alias("k")).count().collect()
+    spark.spark_session.range(1000).groupBy((F.col("id") % 7).alias("k")).count().collect()
 
 
 def _job(executor):

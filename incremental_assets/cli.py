@@ -107,7 +107,7 @@ def _settings(args):
 
 
 def _run(args) -> int:
-    from incremental_assets.runner import run_incremental, run_until_caught_up
+    from incremental_assets.runner import run_incremental, run_log_file, run_until_caught_up
 
     settings = _settings(args)
     if (args.lower is None) != (args.upper is None):
@@ -119,6 +119,7 @@ def _run(args) -> int:
     else:
         summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
         print(summaries[0].describe())
+    print(f"Dagster's event stream: {run_log_file()}")
     failed = [s.run_id for s in summaries if not s.success]
     if failed:
         print(f"error: run {failed[0]} failed; see it in the Dagster UI (make ui)", file=sys.stderr)
@@ -127,12 +128,13 @@ def _run(args) -> int:
 
 
 def _backfill(args) -> int:
-    from incremental_assets.runner import run_days
+    from incremental_assets.runner import run_days, run_log_file
 
     if args.end < args.start:
         raise ValueError(f"--end ({args.end}) is before --start ({args.start})")
     summary = run_days(_settings(args), args.start, args.end)
     print(f"daily_aggregates {args.start} .. {args.end}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
+    print(f"Dagster's event stream: {run_log_file()}")
     return 0 if summary.success else 1
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter, defaultdict
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from incremental_assets.sample.generator import (
     APP_IDS,
+    ARROW_SCHEMA,
     BOT_SESSION_MIN,
     COLUMNS,
     LATE_AFTER,
@@ -18,7 +23,10 @@ from incremental_assets.sample.generator import (
     SESSION_TIMEOUT,
     SampleParams,
     generate_events,
+    generate_table,
 )
+from incremental_assets.sample.stream import STREAM_SCHEMA
+from incremental_assets.utc import aware
 
 START = date(2024, 1, 1)
 PARAMS = SampleParams(start_date=START)
@@ -27,9 +35,14 @@ MAX_SESSION_DAYS = timedelta(days=3)
 DAYS_LATE_ALLOWED = timedelta(days=3)
 
 
-def window(params: SampleParams, from_hour: int, until_hour: int) -> list[tuple]:
+def window(params: SampleParams, from_hour: float, until_hour: float) -> list[tuple]:
     """The rows loaded between two hours counted from the stream's start."""
     return generate_events(params, params.start + timedelta(hours=from_hour), params.start + timedelta(hours=until_hour))
+
+
+def table(params: SampleParams, from_hour: float, until_hour: float) -> pa.Table:
+    """The same window as a pyarrow Table."""
+    return generate_table(params, params.start + timedelta(hours=from_hour), params.start + timedelta(hours=until_hour))
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +70,39 @@ def test_same_params_give_identical_rows_and_another_seed_differs():
     assert window(PARAMS, 0, 30) != window(SampleParams(start_date=START, seed=7), 0, 30)
 
 
-def test_windows_are_consistent():
-    """[a, c) == [a, b) + [b, c), also far from the start, where a window skips the early event days."""
-    assert window(PARAMS, 0, 96) == window(PARAMS, 0, 50) + window(PARAMS, 50, 96)
-    assert window(PARAMS, 0, 240) == window(PARAMS, 0, 200) + window(PARAMS, 200, 201) + window(PARAMS, 201, 240)
+@pytest.mark.parametrize(
+    "cuts",
+    [
+        (0, 50, 96),
+        (0, 200, 201, 240),  # past the stream's days and across a bot cycle
+        (7.25, 31, 31.001, 130.5),  # cut anywhere, not only on the hour
+        (150, 170, 171, 260),  # far from the start, where a window skips the early event days
+    ],
+)
+def test_windows_are_consistent(cuts):
+    """[a, c) == [a, b) + [b, c) for any cut points."""
+    windows = list(zip(cuts, cuts[1:]))
+    assert pa.concat_tables([table(PARAMS, *hours) for hours in windows]).equals(table(PARAMS, cuts[0], cuts[-1]))
+
+
+def test_the_table_is_the_stream_schema_in_arrow_and_the_rows_are_its_values_in_naive_utc():
+    generated = table(PARAMS, 0, 30)
+    assert generated.schema == ARROW_SCHEMA == to_arrow_schema(STREAM_SCHEMA)
+    rows = window(PARAMS, 0, 30)
+    assert all(value.tzinfo is None for row in rows for value in row if isinstance(value, datetime))
+    marked_utc = [tuple(aware(value) for value in row) for row in rows]
+    assert marked_utc == [tuple(row.values()) for row in generated.to_pylist()]
+
+
+def test_ids_are_version_4_uuids(events):
+    ids = {row[name] for row in events for name in ("event_id", "domain_sessionid", "domain_userid")} - {None}
+    assert all(str(uuid.UUID(text)) == text and uuid.UUID(text).version == 4 for text in ids)
+
+
+def test_a_window_before_the_stream_is_empty_and_a_reversed_one_is_refused():
+    assert table(PARAMS, -48, 0).equals(ARROW_SCHEMA.empty_table())
+    with pytest.raises(ValueError, match="before"):
+        table(PARAMS, 10, 9)
 
 
 def test_rows_follow_the_schema_and_load_hours(events):
@@ -71,11 +113,14 @@ def test_rows_follow_the_schema_and_load_hours(events):
     assert [row["load_tstamp"] for row in events] == sorted(row["load_tstamp"] for row in events)
 
 
-def test_volume_is_about_events_per_day(events):
-    per_day = Counter(row["load_date"] for row in events)
+@pytest.mark.parametrize(
+    "params", [PARAMS, SampleParams(users=533, events_per_day=20_000, start_date=START)], ids=["default", "large"]
+)
+def test_volume_is_about_events_per_day(params):
+    per_day = pc.value_counts(table(params, 0, 5 * 24)["load_date"]).field("counts").to_pylist()
     assert len(per_day) == 5
-    for count in per_day.values():
-        assert 0.8 * PARAMS.events_per_day <= count <= 1.2 * PARAMS.events_per_day
+    for count in per_day:
+        assert 0.8 * params.events_per_day <= count <= 1.2 * params.events_per_day
 
 
 def test_timestamps_chain_from_device_to_load(events):
@@ -230,11 +275,13 @@ def test_stream_in_batches_equals_one_generation(spark, warehouse):
     written = generate_stream(spark, uri, params) + append_hours(spark, uri, 20) + append_hours(spark, uri, 4)
 
     expected = window(params, 0, 72)
-    table = spark.read.format("delta").load(uri)
-    assert written == table.count() == len(expected)
+    stored = spark.read.format("delta").load(uri)
+    assert written == stored.count() == len(expected)
+    # build_spark_session puts the process in UTC, so collected timestamps are naive UTC too.
+    assert sorted(map(tuple, stored.collect()), key=repr) == sorted(expected, key=repr)
     last_load = max(row[COLUMNS.index("load_tstamp")] for row in expected)
     epoch_micros = (last_load - datetime(1970, 1, 1)) // timedelta(microseconds=1)
-    assert table.select(F.unix_micros(F.max("load_tstamp"))).first()[0] == epoch_micros
+    assert stored.select(F.unix_micros(F.max("load_tstamp"))).first()[0] == epoch_micros
     assert (Path(uri) / "_delta_log").is_dir()
     assert DeltaTable.forPath(spark, uri).detail().first()["partitionColumns"] == ["load_date"]
     assert read_stream_state(uri) == (params, params.start + timedelta(hours=72))

@@ -1,12 +1,15 @@
-"""A deterministic, seeded stream of Snowplow-shaped atomic events (pure Python).
+"""A deterministic, seeded stream of Snowplow-shaped atomic events, generated column by column.
 
-The stream is written in hourly load batches and continued later, so `generate_events` is a pure
+The stream is written in hourly load batches and continued later, so `generate_table` is a pure
 function of (params, load window) that is consistent across windows: generating [a, c) equals
-generating [a, b) + [b, c). Each event day, and each user within it, draws from its own
-`random.Random` seeded by (seed, day, user); a window regenerates every event day that can still
-have rows loaded in it and keeps the rows whose load_tstamp falls inside.
+generating [a, b) + [b, c). Each event day draws from its own random streams, seeded by (seed,
+day); a window regenerates every event day that can still have rows loaded in it and keeps the
+rows whose load_tstamp falls inside.
 
-Timestamps are naive datetimes meaning UTC.
+A day is built in whole pyarrow columns (its sessions, then their pages, then the pages' events,
+then the rows each event becomes on its way to the warehouse), so it costs a few hundred array
+operations whatever its volume rather than Python work per row. Times are int64 microseconds
+since the epoch (UTC) until the table is typed at the end.
 """
 
 from __future__ import annotations
@@ -14,16 +17,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import uuid
-from collections.abc import Iterator
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta, timezone
 from functools import lru_cache
 
-from incremental_assets.atomic_events import SAMPLE_SCHEMA
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from incremental_assets.atomic_events import LOAD_DATE, SAMPLE_SCHEMA
 from incremental_assets.utc import naive
 
 COLUMNS = tuple(SAMPLE_SCHEMA.fieldNames())
-_EVENT_ID, _COLLECTOR, _LOAD = (COLUMNS.index(name) for name in ("event_id", "collector_tstamp", "load_tstamp"))
+_ARROW_TYPES = {"string": pa.string(), "integer": pa.int32(), "timestamp": pa.timestamp("us", tz="UTC")}
+# The generated table: SAMPLE_SCHEMA and load_date, as pyspark maps STREAM_SCHEMA to Arrow.
+ARROW_SCHEMA = pa.schema(
+    [pa.field(field.name, _ARROW_TYPES[field.dataType.typeName()]) for field in SAMPLE_SCHEMA.fields]
+    + [pa.field(LOAD_DATE, pa.date32())]
+)
 
 EVENT_VENDOR = "com.snowplowanalytics.snowplow"
 APP_IDS = ("website", "docs", "mobile_app")
@@ -65,28 +75,37 @@ MAX_LATE_SHARE = 0.5
 MAX_DUPLICATE_SHARE = 0.4
 MAX_BOT_SHARE = 0.5
 
-# Delivery delays of a well-behaved event.
-_SEND_DELAY = (timedelta(milliseconds=5), timedelta(seconds=3))
-_COLLECT_DELAY = (timedelta(milliseconds=10), timedelta(milliseconds=500))
-_LOAD_DELAY = (timedelta(seconds=2), timedelta(minutes=5))
+# An event's anomaly is an index into this: the drawn ones, the placed one, and none.
+_ANOMALIES = (LATE_LOAD, OFFLINE_DEVICE, NULL_DVCE_TSTAMPS, DUPLICATE_SAME_HOUR, DUPLICATE_RELOADED, LATE_SENT, None)
+_code = _ANOMALIES.index
+
+# Delivery delays, by anomaly; None: a well-behaved event's.
+_SEND_DELAY = {
+    None: (timedelta(milliseconds=5), timedelta(seconds=3)),
+    OFFLINE_DEVICE: (LATE_AFTER, OFFLINE_SEND_MAX),
+    LATE_SENT: (LATE_SENT_MIN, LATE_SENT_MAX),
+}
+_COLLECT_DELAY = {None: (timedelta(milliseconds=10), timedelta(milliseconds=500))}
+_LOAD_DELAY = {None: (timedelta(seconds=2), timedelta(minutes=5)), LATE_LOAD: (LATE_AFTER, LATE_LOAD_MAX)}
 
 # Human behaviour: sessions in slots between 06:00 and 23:00, so that two sessions of a user are
 # always more than SESSION_TIMEOUT apart, also across midnight.
 _ACTIVE_FROM = time(6)
 _ACTIVE_SPAN = timedelta(hours=17)
-_SESSIONS_PER_DAY = (0, 1, 2, 3, 4)
-_SESSIONS_WEIGHTS = (2, 3, 3, 2, 1)
+_SESSIONS_WEIGHTS = (2, 3, 3, 2, 1)  # of 0, 1, 2, 3 and 4 sessions a day
 _DWELL = (timedelta(seconds=5), timedelta(minutes=3))
 _SESSION_END_MARGIN = timedelta(minutes=5)  # > the longest dwell: the last page ends in time
 _PING_EVERY = (timedelta(seconds=10), timedelta(seconds=30))
 _NAVIGATION = (timedelta(seconds=1), timedelta(seconds=5))
 _CUSTOM_EVENT_SHARE = 0.15
 _MAIN_APP_SHARE = 0.8
+_APP_WEIGHTS = (6, 2, 2)  # of APP_IDS as a user's main app
 _LOGIN_SHARE = 0.6
 _LOGIN_LATER_SHARE = 0.3  # of users who log in: only from their second session on
 _BOT_CYCLE = timedelta(days=6)  # a bot starts a new endless session every cycle
 _BOT_START_SPREAD = timedelta(hours=12)
 _BOT_EVENTS_PER_DAY = timedelta(days=1) / ((BOT_EVENT_GAP_MIN + BOT_EVENT_GAP_MAX) / 2)
+_BOT_PAGES_PER_DAY = timedelta(days=1) // BOT_EVENT_GAP_MIN + 1  # the most that fit a day
 
 _SITE = {
     "website": (
@@ -102,7 +121,34 @@ _SITE = {
     "mobile_app": (None, (("home", "Home"), ("search", "Search"), ("product", "Product"), ("basket", "Basket"))),
 }
 _CUSTOM_EVENTS_BY_APP = {"website": CUSTOM_EVENTS, "docs": ("link_click",), "mobile_app": ("add_to_cart",)}
-_EXTERNAL_REFERRERS = (None, "https://www.google.com/", "https://duckduckgo.com/", "https://news.ycombinator.com/")
+_EXTERNAL_REFERRERS = pa.array([None, "https://www.google.com/", "https://duckduckgo.com/", "https://news.ycombinator.com/"])
+
+# The site as flat columns, the options of each app (in APP_IDS order) one after another.
+_APPS = pa.array(APP_IDS)
+_PAGE_URLS = pa.array([host and host + path for host, pages in map(_SITE.get, APP_IDS) for path, _ in pages])
+_PAGE_TITLES = pa.array([title for _, pages in map(_SITE.get, APP_IDS) for _, title in pages])
+_PAGES_PER_APP = [len(_SITE[app][1]) for app in APP_IDS]
+_CUSTOM_NAMES = pa.array([name for app in APP_IDS for name in _CUSTOM_EVENTS_BY_APP[app]])
+_CUSTOM_NAMES_PER_APP = [len(_CUSTOM_EVENTS_BY_APP[app]) for app in APP_IDS]
+
+_SESSION_COLUMNS = (
+    "domain_userid", "user_id", "app_id", "domain_sessionid", "domain_sessionidx", "platform", "event_vendor"
+)
+_NULL_TEXT = pa.scalar(None, pa.string())
+_EPOCH = datetime(1970, 1, 1)
+_DAY = timedelta(days=1)
+# A UUID's text: where its 32 hex digits go among the dashes, and the digits that say version 4.
+_UUID_DIGITS = [at for at in range(36) if at not in (8, 13, 18, 23)]
+_UUID_VERSION, _UUID_VARIANT = 14, 19
+_UUID_VARIANT_DIGITS = bytes.maketrans(b"0123456789abcdef", b"89ab" * 4)
+# A session, human or bot: its output columns, then start (its first page), ends_by (no page starts
+# at or after it), budget (the events it aims at), referrer (of its first page), opens_day (the
+# user's first session of the day).
+_SESSION_SCHEMA = pa.schema(
+    [*((name, ARROW_SCHEMA.field(name).type) for name in _SESSION_COLUMNS), ("start", pa.int64()),
+     ("ends_by", pa.int64()), ("budget", pa.int64()), ("referrer", pa.string()), ("opens_day", pa.bool_()),
+     ("bot", pa.bool_())]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,255 +214,376 @@ def _check_range(name: str, value, low, high, integer: bool = False, note: str =
         raise ValueError(f"{name} must be {kind} between {low} and {high}{f' ({note})' if note else ''}, got {value!r}")
 
 
-def generate_events(params: SampleParams, load_from: datetime, load_until: datetime) -> list[tuple]:
-    """Every row with `load_from <= load_tstamp < load_until`, ordered by load_tstamp.
-
-    A row is a tuple in SAMPLE_SCHEMA order followed by its load_date.
-    """
+def generate_table(params: SampleParams, load_from: datetime, load_until: datetime) -> pa.Table:
+    """Every row with `load_from <= load_tstamp < load_until`, ordered by load_tstamp (ARROW_SCHEMA)."""
     load_from, load_until = naive(load_from), naive(load_until)
     if load_until < load_from:
         raise ValueError(f"load_until ({load_until}) is before load_from ({load_from})")
-    rows = [
-        row
-        for day in _event_days(params, load_from, load_until)
-        for row in _day_rows(params, day)
-        if load_from <= row[_LOAD] < load_until
-    ]
-    rows.sort(key=lambda row: (row[_LOAD], row[_COLLECTOR], row[_EVENT_ID] or ""))
-    return rows
-
-
-
-def _event_days(params: SampleParams, load_from: datetime, load_until: datetime) -> Iterator[date]:
-    """The event days that can have rows loaded in the window (an event day's events happen within it)."""
-    day = max(params.start_date, (load_from - MAX_LATENESS).date() - timedelta(days=1))
+    # The event days that can have rows loaded in the window (an event day's events happen within it).
+    first_day = max(params.start_date, (load_from - MAX_LATENESS).date() - _DAY)
+    profiles = _profiles(params.seed, params.users)
+    # Every day from the start counts its sessions (a draw per user): domain_sessionidx needs them.
+    loaded, day, sessions_before = [], params.start_date, pa.repeat(0, len(params.human_users))
     while day <= load_until.date():
-        yield day
-        day += timedelta(days=1)
+        session_counts = _session_counts(params, day)
+        if day >= first_day:
+            rows = _day_rows(params, day, profiles, session_counts, sessions_before)
+            load = rows["load_tstamp"]
+            in_window = pc.and_(pc.greater_equal(load, _us(load_from)), pc.less(load, _us(load_until)))
+            loaded.append(rows.filter(in_window))
+        sessions_before = pc.add(sessions_before, session_counts)
+        day += _DAY
+    if not loaded:
+        return ARROW_SCHEMA.empty_table()
+    table = pa.Table.from_batches(loaded)
+    return table.sort_by([("load_tstamp", "ascending"), ("collector_tstamp", "ascending")]).cast(ARROW_SCHEMA)
 
 
-def _day_rows(params: SampleParams, day: date) -> list[tuple]:
-    """Every row of the events that happen on `day`, whenever they are loaded."""
-    marks = _day_marks(params, day)
-    target = _session_events_target(params, day)
-    rows = []
-    for user in range(params.users):
-        rng = random.Random(f"{params.seed}:{day.isoformat()}:{user}")
-        if user in params.bot_users:
-            hits = _bot_hits(params, day, user, rng)
-        else:
-            hits = _human_hits(params, day, user, rng, target)
-        user_marks = marks.get(user, set())
-        for i, (created, fields) in enumerate(hits):
-            late_sent = LATE_SENT in user_marks and i == 0
-            null_event_id = NULL_EVENT_ID in user_marks and i == len(hits) - 1
-            rows.extend(_deliver(params, rng, created, fields, late_sent, null_event_id))
-    return rows
+def generate_events(params: SampleParams, load_from: datetime, load_until: datetime) -> list[tuple]:
+    """`generate_table` as rows: tuples in SAMPLE_SCHEMA order then load_date, timestamps naive UTC."""
+    table = generate_table(params, load_from, load_until)
+    columns = (column.cast(pa.timestamp("us")) if pa.types.is_timestamp(column.type) else column for column in table)
+    return list(zip(*(column.to_pylist() for column in columns)))
 
 
-def _day_marks(params: SampleParams, day: date) -> dict[int, set[str]]:
-    """The users whose first (late-sent) or last (null event_id) event of the day carries a rare anomaly.
+def _day_rows(
+    params: SampleParams, day: date, profiles: pa.RecordBatch, session_counts: pa.Array, sessions_before: pa.Array
+) -> pa.RecordBatch:
+    """Every row of the events that happen on `day`, whenever they are loaded.
 
-    Chosen per day rather than drawn per event, so that every day holds at least one.
+    Sessions, pages, events and rows each hold the output columns that belong to them, and every
+    level knows its parent's row: each column is gathered once, from its own level.
     """
-    rng = random.Random(f"{params.seed}:{day.isoformat()}:marks")
-    active = [user for user in params.human_users if _session_count(params.seed, day, user)]
-    null_ids = max(1, round(NULL_EVENT_ID_SHARE * params.events_per_day))
-    marks: dict[int, set[str]] = {}
-    for anomaly, count in ((LATE_SENT, LATE_SENT_PER_DAY), (NULL_EVENT_ID, null_ids)):
-        for user in rng.sample(active, min(count, len(active))):
-            marks.setdefault(user, set()).add(anomaly)
-    return marks
+    draws = _Draws(params.seed, day)
+    humans = _human_sessions(params, day, draws, profiles, session_counts, sessions_before)
+    sessions = pa.concat_batches([humans, _bot_sessions(params, day, draws, profiles)])
+    pages = _pages(sessions, draws)
+    events = _events(pages)
+    rows = _deliver(params, events, draws)
+    page = pc.take(events["page"], rows["event"])
+    levels = ((sessions, pc.take(pages["session"], page)), (pages, page), (events, rows["event"]))
+    gathered = {
+        name: pc.take(level[name], row) for level, row in levels for name in level.schema.names if name in COLUMNS
+    }
+    return pa.RecordBatch.from_pydict({**gathered, **_columns(rows)}).select(ARROW_SCHEMA.names)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Profile:
-    domain_userid: str
-    user_id: str | None
-    login_from: int  # the first session (domain_sessionidx) with user_id set
-    app: str
+@lru_cache(maxsize=16)
+def _profiles(seed: int, users: int) -> pa.RecordBatch:
+    """Who each user is, the same every day: device id, login (some only from their second session), main app."""
+    draws = _Draws(seed, "users")
+    logins = pa.array([f"user_{user:05d}" for user in range(users)])
+    return pa.RecordBatch.from_pydict({
+        "domain_userid": draws.uuids(users),
+        "user_id": pc.if_else(pc.less(draws.uniform(users), _LOGIN_SHARE), logins, _NULL_TEXT),
+        "login_from": pc.if_else(pc.less(draws.uniform(users), _LOGIN_LATER_SHARE), 2, 1),
+        "app_id": pc.take(_APPS, _pick(draws.uniform(users), _APP_WEIGHTS)),
+    })
 
 
-@lru_cache(maxsize=4096)
-def _profile(seed: int, user: int) -> _Profile:
-    rng = random.Random(f"{seed}:user:{user}")
-    return _Profile(
-        domain_userid=_uuid(rng),
-        user_id=f"user_{user:05d}" if rng.random() < _LOGIN_SHARE else None,
-        login_from=2 if rng.random() < _LOGIN_LATER_SHARE else 1,
-        app=rng.choices(APP_IDS, weights=(6, 2, 2))[0],
+def _session_counts(params: SampleParams, day: date) -> pa.Int64Array:
+    """Sessions of each human user on a day, from the day's own stream so that domain_sessionidx
+    (the sessions before) is cheap to know."""
+    return _pick(_Draws(params.seed, day, "sessions").uniform(len(params.human_users)), _SESSIONS_WEIGHTS)
+
+
+def _human_sessions(
+    params: SampleParams, day: date, draws: _Draws, profiles: pa.RecordBatch, counts: pa.Array, before: pa.Array
+) -> pa.RecordBatch:
+    """Each human user's sessions of the day, one per equal slot of the active hours."""
+    sessions = _Groups(counts)
+    n, user, k = len(sessions), sessions.parent, sessions.position
+    profile = profiles.take(user)
+    slot = pc.divide(_us(_ACTIVE_SPAN), pc.take(counts, user))
+    slot_start = pc.add(_us(datetime.combine(day, _ACTIVE_FROM)), pc.multiply(k, slot))
+    index = pc.add(pc.take(before, user), pc.add(k, 1))
+    app = pc.if_else(pc.less(draws.uniform(n), _MAIN_APP_SHARE), profile["app_id"], draws.choice(n, _APPS))
+    target = _session_events_target(params, n)
+    return _session_batch(
+        n,
+        domain_userid=profile["domain_userid"],
+        user_id=pc.if_else(pc.greater_equal(index, profile["login_from"]), profile["user_id"], _NULL_TEXT),
+        app_id=app,
+        domain_sessionid=draws.uuids(n),
+        domain_sessionidx=index,
+        start=pc.add(slot_start, draws.between(n, timedelta(0), pc.divide(slot, 2))),
+        ends_by=pc.subtract(pc.add(slot_start, slot), _us(SESSION_TIMEOUT + _SESSION_END_MARGIN)),
+        budget=pc.round(pc.multiply(pc.add(draws.uniform(n), 0.5), target)),
+        referrer=pc.if_else(_is_web(app), draws.choice(n, _EXTERNAL_REFERRERS), _NULL_TEXT),
+        opens_day=pc.equal(k, 0),
+        bot=False,
     )
 
 
-@lru_cache(maxsize=1 << 17)
-def _session_count(seed: int, day: date, user: int) -> int:
-    """Sessions of a user on a day, from its own tiny seed so that domain_sessionidx is cheap to know."""
-    rng = random.Random(f"{seed}:{day.isoformat()}:{user}:sessions")
-    return rng.choices(_SESSIONS_PER_DAY, weights=_SESSIONS_WEIGHTS)[0]
-
-
-def _sessions_before(params: SampleParams, day: date, user: int) -> int:
-    days = (day - params.start_date).days
-    return sum(_session_count(params.seed, params.start_date + timedelta(days=i), user) for i in range(days))
-
-
-def _human_hits(
-    params: SampleParams, day: date, user: int, rng: random.Random, target: float
-) -> list[tuple[datetime, dict]]:
-    """A user's sessions of the day, one per equal slot of the active hours, in time order."""
-    count = _session_count(params.seed, day, user)
-    if not count:
-        return []
-    profile = _profile(params.seed, user)
-    first_index = _sessions_before(params, day, user) + 1
-    slot = _ACTIVE_SPAN / count
-    hits = []
-    for k in range(count):
-        slot_start = datetime.combine(day, _ACTIVE_FROM) + k * slot
-        start = slot_start + slot / 2 * rng.random()
-        ends_by = slot_start + slot - SESSION_TIMEOUT - _SESSION_END_MARGIN
-        app = profile.app if rng.random() < _MAIN_APP_SHARE else rng.choice(APP_IDS)
-        index = first_index + k
-        user_id = profile.user_id if index >= profile.login_from else None
-        session = _session_fields(profile, app, _uuid(rng), index, user_id)
-        hits += _session_hits(rng, session, start, ends_by, round(target * rng.uniform(0.5, 1.5)))
-    hits.sort(key=lambda hit: hit[0])
-    return hits
-
-
-def _session_events_target(params: SampleParams, day: date) -> float:
+def _session_events_target(params: SampleParams, sessions: int) -> float:
     """Events per human session that make the day hold about events_per_day rows (duplicates included).
 
     Spread over the day's actual sessions, so that busy and quiet days hold about the same volume.
     """
     human_rows = params.events_per_day / (1 + params.duplicate_share) - len(params.bot_users) * _BOT_EVENTS_PER_DAY
-    sessions = sum(_session_count(params.seed, day, user) for user in params.human_users)
     return max(human_rows / max(sessions, 1), 1.0)
 
 
+def _bot_sessions(params: SampleParams, day: date, draws: _Draws, profiles: pa.RecordBatch) -> pa.RecordBatch:
+    """Each bot's session of its current cycle, as far as it falls on `day`: a page view every 20-40 minutes.
 
-def _session_fields(profile: _Profile, app: str, session_id: str, index: int, user_id: str | None) -> dict:
-    return {
-        "app_id": app,
-        "platform": "mob" if app == "mobile_app" else "web",
-        "event_vendor": EVENT_VENDOR,
-        "domain_sessionid": session_id,
-        "domain_sessionidx": index,
-        "domain_userid": profile.domain_userid,
-        "user_id": user_id,
-    }
-
-
-def _session_hits(
-    rng: random.Random, session: dict, start: datetime, ends_by: datetime, budget: int
-) -> list[tuple[datetime, dict]]:
-    """Pages of a session until its event budget is met (to the nearest page) or its slot runs out."""
-    host = _SITE[session["app_id"]][0]
-    referrer = rng.choice(_EXTERNAL_REFERRERS) if host else None
-    hits: list[tuple[datetime, dict]] = []
-    t = start
-    while t < ends_by:
-        page, dwell = _page_hits(rng, session, referrer, t)
-        if hits and len(hits) + len(page) / 2 > budget:
-            break
-        hits += page
-        referrer = page[0][1]["page_url"]
-        t += dwell + _between(rng, *_NAVIGATION)
-    return hits
-
-
-def _page_hits(
-    rng: random.Random, session: dict, referrer: str | None, t: datetime
-) -> tuple[list[tuple[datetime, dict]], timedelta]:
-    """A page (web) or screen (mobile) view, page pings while a web page stays open, now and then a custom event."""
-    app = session["app_id"]
-    host, pages = _SITE[app]
-    path, title = rng.choice(pages)
-    page = {**session, "page_url": host + path if host else None, "page_title": title, "page_referrer": referrer}
-    hits = [(t, {**page, "event_name": "page_view" if host else "screen_view"})]
-    dwell = _between(rng, *_DWELL)
-    ping = t + _between(rng, *_PING_EVERY)
-    while host and ping < t + dwell:
-        hits.append((ping, {**page, "event_name": "page_ping"}))
-        ping += _between(rng, *_PING_EVERY)
-    if rng.random() < _CUSTOM_EVENT_SHARE:
-        hits.append((t + dwell * rng.random(), {**page, "event_name": rng.choice(_CUSTOM_EVENTS_BY_APP[app])}))
-    return hits, dwell
-
-
-def _bot_hits(params: SampleParams, day: date, user: int, rng: random.Random) -> list[tuple[datetime, dict]]:
-    """A bot's page views of the day, all in the one session of its current cycle.
-
-    The session (id, start, length) is drawn from the cycle's own seed, so every day of the cycle
-    agrees on it without generating the days before.
+    The session (id, start, length) is drawn from the cycle's own stream, so every day of the
+    cycle agrees on it without generating the days before.
     """
+    n = len(params.bot_users)
     cycle = (day - params.start_date).days // _BOT_CYCLE.days
-    cycle_rng = random.Random(f"{params.seed}:bot:{user}:{cycle}")
-    begins = params.start + cycle * _BOT_CYCLE + _between(cycle_rng, timedelta(0), _BOT_START_SPREAD)
-    ends = begins + _between(cycle_rng, BOT_SESSION_MIN, BOT_SESSION_MAX)
-    session = _session_fields(_profile(params.seed, user), "website", _uuid(cycle_rng), cycle + 1, None)
-    host, pages = _SITE["website"]
-    day_start = datetime.combine(day, time())
-    t = begins if begins >= day_start else day_start + _between(rng, timedelta(0), BOT_EVENT_GAP_MIN)
-    hits = []
-    while t < min(ends, day_start + timedelta(days=1)):
-        path, title = rng.choice(pages)
-        page = {"page_url": host + path, "page_title": title, "page_referrer": None}
-        hits.append((t, {**session, **page, "event_name": "page_view"}))
-        t += _between(rng, BOT_EVENT_GAP_MIN, BOT_EVENT_GAP_MAX)
-    return hits
-
-
-def _deliver(
-    params: SampleParams, rng: random.Random, created: datetime, fields: dict, late_sent: bool, null_event_id: bool
-) -> list[tuple]:
-    """The rows one event becomes on its way from the device to the warehouse, with its anomaly if any."""
-    event_id = None if null_event_id else _uuid(rng)
-    anomaly = _draw_anomaly(params, rng.random())
-    if late_sent:
-        anomaly = LATE_SENT
-    send_delay = {LATE_SENT: (LATE_SENT_MIN, LATE_SENT_MAX), OFFLINE_DEVICE: (LATE_AFTER, OFFLINE_SEND_MAX)}
-    sent = created + _between(rng, *send_delay.get(anomaly, _SEND_DELAY))
-    collector = sent + _between(rng, *_COLLECT_DELAY)
-    load = collector + _between(rng, *((LATE_AFTER, LATE_LOAD_MAX) if anomaly == LATE_LOAD else _LOAD_DELAY))
-    row = {
-        **fields,
-        "event_id": event_id,
-        "dvce_created_tstamp": created,
-        "dvce_sent_tstamp": sent,
-        "collector_tstamp": collector,
-        "derived_tstamp": collector - (sent - created),
-        "load_tstamp": load,
-    }
-    if anomaly == NULL_DVCE_TSTAMPS:
-        row.update(dvce_created_tstamp=None, dvce_sent_tstamp=None, derived_tstamp=collector)
-    copies = [row]
-    if anomaly == DUPLICATE_SAME_HOUR:
-        copies.append(row)
-    elif anomaly == DUPLICATE_RELOADED:
-        copies.append({**row, "load_tstamp": load + _between(rng, LATE_AFTER, DUPLICATE_RELOAD_MAX)})
-    return [(*(copy.get(column) for column in COLUMNS), copy["load_tstamp"].date()) for copy in copies]
-
-
-def _draw_anomaly(params: SampleParams, draw: float) -> str | None:
-    """Map a uniform draw to at most one anomaly (they never combine, which bounds MAX_LATENESS)."""
-    shares = (
-        (LATE_LOAD, params.late_share / 2),
-        (OFFLINE_DEVICE, params.late_share / 2),
-        (NULL_DVCE_TSTAMPS, NULL_DVCE_SHARE),
-        (DUPLICATE_SAME_HOUR, params.duplicate_share / 2),
-        (DUPLICATE_RELOADED, params.duplicate_share / 2),
+    cycle_draws = _Draws(params.seed, "bots", cycle)
+    begins = pc.add(_us(params.start + cycle * _BOT_CYCLE), cycle_draws.between(n, timedelta(0), _BOT_START_SPREAD))
+    ends = pc.add(begins, cycle_draws.between(n, BOT_SESSION_MIN, BOT_SESSION_MAX))
+    day_start = _us(datetime.combine(day, time()))
+    return _session_batch(
+        n,
+        domain_userid=profiles["domain_userid"].take(pa.array(params.bot_users, pa.int64())),
+        user_id=None,
+        app_id="website",
+        domain_sessionid=cycle_draws.uuids(n),
+        domain_sessionidx=cycle + 1,
+        start=pc.if_else(
+            pc.greater_equal(begins, day_start),
+            begins,
+            pc.add(day_start, draws.between(n, timedelta(0), BOT_EVENT_GAP_MIN)),
+        ),
+        ends_by=pc.min_element_wise(ends, day_start + _us(_DAY)),
+        budget=_BOT_PAGES_PER_DAY,  # never binding: the end of the day or of the session stops it
+        referrer=None,
+        opens_day=False,
+        bot=True,
     )
-    for anomaly, share in shares:
-        if draw < share:
-            return anomaly
-        draw -= share
-    return None
 
 
-def _between(rng: random.Random, low: timedelta, high: timedelta) -> timedelta:
-    return low + (high - low) * rng.random()
+def _session_batch(n: int, **columns) -> pa.RecordBatch:
+    """n sessions in _SESSION_SCHEMA; a plain value is every session's."""
+    arrays = {name: value if isinstance(value, pa.Array) else pa.repeat(value, n) for name, value in columns.items()}
+    arrays.update(platform=pc.if_else(_is_web(arrays["app_id"]), "web", "mob"), event_vendor=pa.repeat(EVENT_VENDOR, n))
+    typed = [arrays[field.name].cast(field.type) for field in _SESSION_SCHEMA]
+    return pa.RecordBatch.from_arrays(typed, schema=_SESSION_SCHEMA)
 
 
-def _uuid(rng: random.Random) -> str:
-    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+def _pages(sessions: pa.RecordBatch, draws: _Draws) -> pa.RecordBatch:
+    """Each session's pages (web) or screens (mobile) in turn, until its event budget is met (to the
+    nearest page) or its time is up.
+
+    A session gets as many candidate pages as it could need (each holds an event at least), and
+    keeps them up to the first that runs over.
+    """
+    pages = _Groups(pc.max_element_wise(sessions["budget"], 1))
+    session, first, n = pages.parent, pc.equal(pages.position, 0), len(pages)
+    bot, start, ends_by, budget = (pc.take(sessions[name], session) for name in ("bot", "start", "ends_by", "budget"))
+    web = pc.take(pc.equal(sessions["platform"], "web"), session)
+    app = pc.take(pc.index_in(sessions["app_id"], value_set=_APPS), session)
+    human = pc.invert(bot)
+    dwell, every = draws.between(n, *_DWELL), draws.between(n, *_PING_EVERY)
+    pings = pc.if_else(pc.and_(human, web), pc.divide(pc.subtract(dwell, 1), every), 0)  # while the page is open
+    custom = pc.and_(human, pc.less(draws.uniform(n), _CUSTOM_EVENT_SHARE))
+    events = pc.add(pc.add(pings, 1), pc.cast(custom, pa.int64()))
+    step = pc.if_else(
+        bot, draws.between(n, BOT_EVENT_GAP_MIN, BOT_EVENT_GAP_MAX), pc.add(dwell, draws.between(n, *_NAVIGATION))
+    )
+    at = pc.add(start, pages.sum_before(step))
+    # A page runs over when the budget is nearer without it, or when it would start too late.
+    nearer_without = pc.greater(pc.add(pc.multiply(pages.sum_before(events), 2), events), pc.multiply(budget, 2))
+    over = pc.cast(pc.or_(pc.and_(pc.invert(first), nearer_without), pc.greater_equal(at, ends_by)), pa.int64())
+    kept = pa.RecordBatch.from_pydict({
+        "session": session,
+        "first": first,
+        "bot": bot,
+        "web": web,
+        "site_page": _choose_per_app(draws, app, _PAGES_PER_APP),
+        "custom_name": _choose_per_app(draws, app, _CUSTOM_NAMES_PER_APP),
+        "at": at,
+        "every": every,
+        "pings": pings,
+        "custom": custom,
+        "custom_at": draws.between(n, timedelta(0), dwell),
+        "opens_day": pc.and_(pc.take(sessions["opens_day"], session), first),
+    }).filter(pc.equal(pc.add(pages.sum_before(over), over), 0))
+    url = pc.take(_PAGE_URLS, kept["site_page"])
+    internal = pc.if_else(kept["bot"], _NULL_TEXT, _previous(url))  # the page before; bots send none
+    return pa.RecordBatch.from_pydict({
+        **_columns(kept),
+        "page_url": url,
+        "page_title": pc.take(_PAGE_TITLES, kept["site_page"]),
+        "page_referrer": pc.if_else(kept["first"], pc.take(sessions["referrer"], kept["session"]), internal),
+    })
+
+
+def _events(pages: pa.RecordBatch) -> pa.RecordBatch:
+    """Each page's view, its page pings (one `every` apart while it is open), and its custom event if any."""
+    events = _Groups(pc.add(pc.add(pages["pings"], 1), pc.cast(pages["custom"], pa.int64())))
+    page, j = events.parent, events.position
+    every, pings, custom_at = (pc.take(pages[name], page) for name in ("every", "pings", "custom_at"))
+    view, ping = pc.equal(j, 0), pc.less_equal(j, pings)
+    view_name = pc.if_else(pc.take(pages["web"], page), "page_view", "screen_view")
+    custom_name = pc.take(_CUSTOM_NAMES, pc.take(pages["custom_name"], page))
+    offset = pc.if_else(view, 0, pc.if_else(ping, pc.multiply(j, every), custom_at))
+    return pa.RecordBatch.from_pydict({
+        "page": page,
+        "event_name": pc.if_else(view, view_name, pc.if_else(ping, "page_ping", custom_name)),
+        "created": pc.add(pc.take(pages["at"], page), offset),
+        "opens_day": pc.and_(pc.take(pages["opens_day"], page), view),
+    })
+
+
+def _deliver(params: SampleParams, events: pa.RecordBatch, draws: _Draws) -> pa.RecordBatch:
+    """The rows the events become on their way from the device to the warehouse, each with its anomaly if any.
+
+    Anomalies never combine, which bounds MAX_LATENESS. The rare ones are placed rather than drawn,
+    on the first event of the day of a few users, so that every day holds some.
+    """
+    n = events.num_rows
+    anomaly = _pick(draws.uniform(n), [_anomaly_shares(params).get(name, 0.0) for name in _ANOMALIES])
+    openers = pc.indices_nonzero(events["opens_day"])
+    null_ids = max(1, round(NULL_EVENT_ID_SHARE * params.events_per_day))
+    marked = openers.take(pa.array(draws.sample(len(openers), null_ids + LATE_SENT_PER_DAY), pa.int64()))
+    null_id, late_sent = (pc.is_in(_arange(n), value_set=part) for part in (marked[:null_ids], marked[null_ids:]))
+    anomaly = pc.if_else(null_id, _code(None), pc.if_else(late_sent, _code(LATE_SENT), anomaly))
+
+    created = events["created"]
+    sent = pc.add(created, _delay(draws, anomaly, _SEND_DELAY))
+    collector = pc.add(sent, _delay(draws, anomaly, _COLLECT_DELAY))
+    load = pc.add(collector, _delay(draws, anomaly, _LOAD_DELAY))
+    reload_after = draws.between(n, LATE_AFTER, DUPLICATE_RELOAD_MAX)
+    null_dvce = pc.equal(anomaly, _code(NULL_DVCE_TSTAMPS))
+    event = pa.RecordBatch.from_pydict({
+        "event_id": pc.if_else(null_id, _NULL_TEXT, draws.uuids(n)),
+        "collector_tstamp": collector,
+        "dvce_created_tstamp": pc.if_else(null_dvce, None, created),
+        "dvce_sent_tstamp": pc.if_else(null_dvce, None, sent),
+        "derived_tstamp": pc.if_else(null_dvce, collector, pc.subtract(collector, pc.subtract(sent, created))),
+    })
+    duplicated = pc.is_in(anomaly, value_set=pa.array([_code(DUPLICATE_SAME_HOUR), _code(DUPLICATE_RELOADED)]))
+    copies = _Groups(pc.add(pc.cast(duplicated, pa.int64()), 1))
+    row_event = copies.parent
+    reloaded = pc.and_(pc.equal(copies.position, 1), pc.equal(pc.take(anomaly, row_event), _code(DUPLICATE_RELOADED)))
+    load = pc.add(pc.take(load, row_event), pc.if_else(reloaded, pc.take(reload_after, row_event), 0))
+    return pa.RecordBatch.from_pydict({
+        "event": row_event,
+        **_columns(event.take(row_event)),
+        "load_tstamp": load,
+        LOAD_DATE: pc.cast(pc.divide(load, _us(_DAY)), pa.int32()),
+    })
+
+
+def _anomaly_shares(params: SampleParams) -> dict[str | None, float]:
+    """The share of events that draw each anomaly; the placed ones are never drawn."""
+    shares = {
+        LATE_LOAD: params.late_share / 2,
+        OFFLINE_DEVICE: params.late_share / 2,
+        NULL_DVCE_TSTAMPS: NULL_DVCE_SHARE,
+        DUPLICATE_SAME_HOUR: params.duplicate_share / 2,
+        DUPLICATE_RELOADED: params.duplicate_share / 2,
+    }
+    return {**shares, None: 1 - sum(shares.values())}
+
+
+def _delay(draws: _Draws, anomaly: pa.Array, delays: dict) -> pa.Int64Array:
+    """A delay per event, from the range of its anomaly (or a well-behaved event's)."""
+    low, high = (pa.array([_us(delays.get(name, delays[None])[end]) for name in _ANOMALIES]) for end in (0, 1))
+    return draws.between(len(anomaly), pc.take(low, anomaly), pc.take(high, anomaly))
+
+
+class _Draws:
+    """Draws in bulk from one random stream, named by its key.
+
+    The bits come from `random.Random`, seeded by the key's text (so not by hash randomisation), in
+    bytes that pyarrow reads as arrays: no dependency beyond pyarrow.
+    """
+
+    def __init__(self, *key: object) -> None:
+        self._random = random.Random(":".join(map(str, key)))
+
+    def uniform(self, n: int) -> pa.DoubleArray:
+        """n draws in [0, 1), from 53 random bits each."""
+        words = pa.Array.from_buffers(pa.uint64(), n, [None, pa.py_buffer(self._random.randbytes(8 * n))])
+        return pc.multiply(pc.cast(pc.shift_right(words, pa.scalar(11, pa.uint64())), pa.float64()), 2.0**-53)
+
+    def between(self, n: int, low: timedelta | pa.Array, high: timedelta | pa.Array) -> pa.Int64Array:
+        """n spans in [low, high), in microseconds; the bounds are timedeltas or microseconds per draw."""
+        low, high = (_us(bound) if isinstance(bound, timedelta) else bound for bound in (low, high))
+        return pc.add(low, _floor(pc.multiply(pc.subtract(high, low), self.uniform(n))))
+
+    def index(self, n: int, size: int | pa.Array) -> pa.Int64Array:
+        """n indices in [0, size), size given once or per draw."""
+        return _floor(pc.multiply(self.uniform(n), size))
+
+    def choice(self, n: int, options: pa.Array) -> pa.Array:
+        return pc.take(options, self.index(n, len(options)))
+
+    def sample(self, population: int, k: int) -> list[int]:
+        """Up to k distinct indices in [0, population)."""
+        return self._random.sample(range(population), min(k, population))
+
+    def uuids(self, n: int) -> pa.StringArray:
+        """n random (version 4) UUIDs as text, laid out by strided byte copies."""
+        digits = self._random.randbytes(16 * n).hex().encode()
+        text = bytearray(b"-" * (36 * n))
+        for digit, at in enumerate(_UUID_DIGITS):
+            text[at::36] = digits[digit::32]
+        text[_UUID_VERSION::36] = b"4" * n
+        text[_UUID_VARIANT::36] = text[_UUID_VARIANT::36].translate(_UUID_VARIANT_DIGITS)
+        return pa.Array.from_buffers(pa.binary(36), n, [None, pa.py_buffer(text)]).cast(pa.string())
+
+
+class _Groups:
+    """Rows made counts[i] at a time for each parent row i (numpy's repeat, in pyarrow)."""
+
+    def __init__(self, counts: pa.Array) -> None:
+        offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(counts, pa.int64()))])
+        rows = offsets[-1].as_py()
+        self.parent = pc.list_parent_indices(pa.LargeListArray.from_arrays(offsets, pa.nulls(rows, pa.int8())))
+        self.first = pc.take(offsets, self.parent)  # the first row of each row's group
+        self.position = pc.subtract(_arange(rows), self.first)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def sum_before(self, values: pa.Array) -> pa.Int64Array:
+        """Per row, the sum of `values` over the earlier rows of its group."""
+        before = pc.subtract(pc.cumulative_sum(values), values)
+        return pc.subtract(before, pc.take(before, self.first))
+
+
+def _pick(draws: pa.DoubleArray, weights: Sequence[float]) -> pa.Int64Array:
+    """The index each uniform draw picks among options of the given weights."""
+    picked, bound, total = pa.repeat(0, len(draws)), 0.0, sum(weights)
+    for weight in weights[:-1]:
+        bound += weight
+        picked = pc.add(picked, pc.cast(pc.greater_equal(draws, bound / total), pa.int64()))
+    return picked
+
+
+def _choose_per_app(draws: _Draws, app: pa.Array, options_per_app: list[int]) -> pa.Int64Array:
+    """For each row, a uniform choice among its app's options in a flat column (apps in APP_IDS order)."""
+    firsts = pa.array([sum(options_per_app[:i]) for i in range(len(options_per_app))])
+    return pc.add(pc.take(firsts, app), draws.index(len(app), pc.take(pa.array(options_per_app), app)))
+
+
+def _columns(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    return dict(zip(batch.schema.names, batch.columns))
+
+
+def _is_web(app: pa.Array) -> pa.BooleanArray:
+    return pc.not_equal(app, "mobile_app")
+
+
+def _previous(values: pa.Array) -> pa.Array:
+    """Each row's predecessor's value (null for the first row)."""
+    return pa.concat_arrays([pa.nulls(1, values.type), values[:-1]])[: len(values)]
+
+
+def _arange(n: int) -> pa.Int64Array:
+    return pc.subtract(pc.cumulative_sum(pa.repeat(1, n)), 1)
+
+
+def _floor(values: pa.Array) -> pa.Int64Array:
+    return pc.cast(pc.floor(values), pa.int64())
+
+
+def _us(value: timedelta | datetime) -> int:
+    """Microseconds: of a span, or of a (naive UTC) moment since the epoch."""
+    return ((value - _EPOCH) if isinstance(value, datetime) else value) // timedelta(microseconds=1)

@@ -18,11 +18,15 @@ from pyspark.sql import types as T
 from incremental_assets.atomic_events import LOAD_DATE, SAMPLE_SCHEMA
 from incremental_assets.loader import write_events
 from incremental_assets.previews import latest_marker
-from incremental_assets.sample.generator import SampleParams, generate_events
+from incremental_assets.sample.generator import SampleParams, generate_table
 from incremental_assets.utc import aware_row
 
 MARKER_KEY = "sample_stream"
 STREAM_SCHEMA = T.StructType([*SAMPLE_SCHEMA.fields, T.StructField(LOAD_DATE, T.DateType(), nullable=True)])
+# A DataFrame made from an Arrow table has a partition, and so a Delta file per load day, for every
+# 10k rows (spark.sql.execution.arrow.maxRecordsPerBatch): coalesced to one per this many rows, a
+# day's rows (in load order) land in one or two files.
+_ROWS_PER_PARTITION = 500_000
 
 
 def generate_stream(spark: SparkSession, table_uri: str, params: SampleParams, hours: int | None = None) -> int:
@@ -69,7 +73,7 @@ def read_stream_state(table_uri: str) -> tuple[SampleParams, datetime] | None:
 
 
 def events_frame(spark: SparkSession, rows: list[tuple]) -> DataFrame:
-    """Generator rows as a DataFrame (STREAM_SCHEMA).
+    """Rows in STREAM_SCHEMA order as a DataFrame; for a few rows (tests), the generator's go by Arrow.
 
     PySpark reads naive datetimes in the Python process's local zone, so they are marked UTC first.
     """
@@ -81,7 +85,11 @@ def _batch(spark: SparkSession, params: SampleParams, start: datetime, hours: in
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise ValueError(f"hours must be an integer >= 1, got {hours!r}")
     until = start + timedelta(hours=hours)
-    return events_frame(spark, generate_events(params, start, until)), until
+    # From Arrow columns, not Python rows; unlike a temporary Parquet file (as fast), it needs no
+    # clean-up after the lazy DataFrame is used, and it works over Spark Connect.
+    table = generate_table(params, start, until)
+    partitions = max(1, -(-table.num_rows // _ROWS_PER_PARTITION))
+    return spark.createDataFrame(table, STREAM_SCHEMA).coalesce(partitions), until
 
 
 def _marker(params: SampleParams, loaded_until: datetime) -> str:

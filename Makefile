@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test ui clean
+.PHONY: setup demo test bench ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -24,6 +24,11 @@ demo: setup
 # pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
 test: setup
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# Not part of make test: what runs cost on this machine (BENCH_SIZE=full goes bigger). Writes
+# benchmarks/results.md and benchmarks/results.json.
+bench: setup
+	$(BIN)/python benchmarks/bench.py --size $(or $(BENCH_SIZE),small)
 
 ui: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

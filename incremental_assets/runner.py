@@ -39,6 +39,7 @@ class RunSummary:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     daily_runs: list["RunSummary"] = field(default_factory=list)
     days: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -81,20 +82,23 @@ def run_log_file() -> Path:
 
 
 def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=None, tags=None) -> RunSummary:
-    from incremental_assets.definitions import defs
+    """Run a job of definitions built from these settings (so the daily partitions start at their
+    start_date), in this process."""
+    from incremental_assets.definitions import build_definitions
 
     log_file = run_log_file()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
-    result = defs.resolve_job_def(job_name).execute_in_process(
+    result = build_definitions(settings).resolve_job_def(job_name).execute_in_process(
         run_config=config, instance=instance, raise_on_error=False, tags=tags
     )
     metadata = {}
     for event in result.get_asset_materialization_events():
         values = {k: v.value for k, v in event.materialization.metadata.items()}
         metadata.setdefault(event.asset_key.path[-1], {}).update(values)
-    return RunSummary(result.run_id, result.success, metadata)
+    steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
+    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps)
 
 
 def run_incremental(

@@ -1,0 +1,265 @@
+"""`make bench`: what incremental runs cost on this machine, in one process and one Spark session.
+
+    .venv/bin/python benchmarks/bench.py [--size small|full] [--reps N]
+
+  spark_start     a cold Spark start with Delta, in a fresh process (the floor of every run)
+  empty_run       an incremental run with no new data (median), and where its time goes, per step
+  steady_state    one incremental run over one hour of new loads, on 7, 30 and 90 days of history
+  floor           the same hour's source rows read and appended once to a Delta table with plain Spark
+  big_window      one run over a window of many new events, against the floor for the same rows
+  first_backfill  the whole pipeline over a stream, from an empty warehouse: events per second
+  daily           one daily partition recomputed, and a 30-day single-run backfill
+  merge_pruning   per MERGE of the last steady-state run: target files scanned / files in the table
+  memory          peak resident memory of this process and of its Spark JVM
+
+Writes benchmarks/results.md and benchmarks/results.json (machine, sizes, figures, the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+# The harness's own settings, whatever a developer's ./incremental_assets.yaml says.
+os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
+
+from dagster import DagsterInstance  # noqa: E402
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from incremental_assets import environment
+from incremental_assets.resources.spark import build_spark_session
+from incremental_assets.runner import RunSummary, run_days, run_incremental
+from incremental_assets.sample.generator import SampleParams
+from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
+from incremental_assets.settings import IncrementalSettings
+
+HERE = Path(__file__).parent
+MERGED_TABLES = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
+
+
+@dataclass(frozen=True)
+class Size:
+    events_per_day: int  # the steady-state streams (one hour = a 24th of it)
+    histories: tuple[int, ...]  # days of history before the measured hour
+    big_window_events: int  # new events in the big-window run
+    backfill_events: int  # events of the first-backfill stream
+
+
+SIZES = {
+    "small": Size(events_per_day=2_000, histories=(7, 30, 90), big_window_events=200_000, backfill_events=500_000),
+    "full": Size(events_per_day=20_000, histories=(7, 30, 90), big_window_events=1_000_000, backfill_events=5_000_000),
+}
+
+
+class Bench:
+    """One Spark session and one Dagster instance; a fresh warehouse per scenario."""
+
+    def __init__(self, root: Path, reps: int):
+        self.root, self.reps = root, reps
+        self.spark = build_spark_session()
+        self.instance = DagsterInstance.ephemeral()
+
+    def warehouse(self, name: str) -> str:
+        path = self.root / name
+        os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = str(path)
+        os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
+        return environment.table_uri(environment.SAMPLE_TABLE)
+
+    def stream(self, name: str, days: int, events_per_day: int) -> tuple[str, SampleParams]:
+        """A sample stream of `days` days that ends two days before today (so its next hours are past)."""
+        source = self.warehouse(name)
+        params = SampleParams(
+            users=max(40, events_per_day // 50), days=days + 10, events_per_day=events_per_day,
+            start_date=date.today() - timedelta(days=days + 2), seed=11,
+        )
+        generate_stream(self.spark, source, params, hours=days * 24)
+        return source, params
+
+    def settings(self, params: SampleParams, **overrides) -> IncrementalSettings:
+        return IncrementalSettings(start_date=params.start_date.isoformat(), backfill_limit_days=400, **overrides)
+
+    def run(self, settings: IncrementalSettings) -> tuple[float, RunSummary]:
+        started = time.perf_counter()
+        summary = run_incremental(settings, instance=self.instance)
+        if not summary.success:
+            raise RuntimeError(f"run {summary.run_id} failed")
+        return time.perf_counter() - started, summary
+
+    def floor(self, source: str, loaded_after: datetime, loaded_until: datetime) -> float:
+        """The same new source rows, read and appended once to a Delta table with plain Spark."""
+        started = time.perf_counter()
+        rows = self.spark.read.format("delta").load(source).where(
+            (F.col("load_tstamp") > F.lit(loaded_after)) & (F.col("load_tstamp") <= F.lit(loaded_until))
+        )
+        rows.write.format("delta").mode("append").save(str(self.root / f"floor-{time.monotonic_ns()}"))
+        return time.perf_counter() - started
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 2)
+
+
+def spark_start_seconds() -> float:
+    code = (
+        "import time; t = time.perf_counter();"
+        "from incremental_assets.resources.spark import build_spark_session;"
+        "build_spark_session(); print(time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return round(float(out.strip().splitlines()[-1]), 2)
+
+
+def steady_state(bench: Bench, size: Size) -> dict:
+    """First backfill of each history, then per history: empty runs and one-hour runs."""
+    results, pruning = {}, {}
+    for days in size.histories:
+        source, params = bench.stream(f"history-{days}", days, size.events_per_day)
+        settings = bench.settings(params)
+        bench.run(settings)  # the backfill of the history
+        empty = [bench.run(settings) for _ in range(bench.reps)]
+        hours, daily, floors = [], [], []
+        for _ in range(bench.reps):
+            _, before = read_stream_state(source)
+            append_hours(bench.spark, source, 1)
+            seconds, summary = bench.run(settings)
+            hours.append(seconds)
+            daily.append(sum(sum(run.step_seconds.values()) for run in summary.daily_runs))
+            floors.append(bench.floor(source, before, before + timedelta(hours=1)))
+        results[f"{days}_days"] = {
+            "empty_run_seconds": median([seconds for seconds, _ in empty]),
+            "empty_run_steps": empty[-1][1].step_seconds,
+            "one_hour_run_seconds": median(hours),
+            "of_which_daily_runs_seconds": median(daily),
+            "one_hour_floor_seconds": median(floors),
+            "events_per_hour": size.events_per_day // 24,
+        }
+        pruning = merge_pruning()
+    first, last = size.histories[0], size.histories[-1]
+    ratio = results[f"{last}_days"]["one_hour_run_seconds"] / results[f"{first}_days"]["one_hour_run_seconds"]
+    return {"histories": results, f"ratio_{last}_to_{first}_days": round(ratio, 2), "merge_pruning": pruning}
+
+
+def merge_pruning() -> dict:
+    """Per merged table, its last MERGE: target files scanned against the files in the table."""
+    pruning = {}
+    for table in MERGED_TABLES:
+        delta = DeltaTable(environment.table_uri(table))
+        merges = [c for c in delta.history(20) if c.get("operation") == "MERGE"]
+        if merges:
+            metrics = merges[0].get("operationMetrics") or {}
+            pruning[table] = {
+                "files_scanned": int(metrics.get("numTargetFilesAfterSkipping", -1)),
+                "files_before_skipping": int(metrics.get("numTargetFilesBeforeSkipping", -1)),
+                "files_in_table": len(delta.files()),
+            }
+    return pruning
+
+
+def big_window(bench: Bench, size: Size) -> dict:
+    """One run over two days of loads holding `big_window_events` events."""
+    per_day = size.big_window_events // 2
+    source, params = bench.stream("big-window", 1, per_day)
+    settings = bench.settings(params)
+    bench.run(settings)
+    _, before = read_stream_state(source)
+    append_hours(bench.spark, source, 48)
+    seconds, summary = bench.run(settings)
+    floor = bench.floor(source, before, before + timedelta(hours=48))
+    return {
+        "new_events": summary.value("events_this_run", "events_found"),
+        "run_seconds": round(seconds, 2),
+        "floor_seconds": round(floor, 2),
+        "ratio_to_floor": round(seconds / floor, 2),
+        "steps": summary.step_seconds,
+    }
+
+
+def first_backfill(bench: Bench, size: Size) -> dict:
+    """The whole pipeline (incremental run and its daily runs) over a stream, from an empty warehouse."""
+    days = 30
+    source, params = bench.stream("backfill", days, size.backfill_events // days)
+    events = bench.spark.read.format("delta").load(source).count()
+    seconds, summary = bench.run(bench.settings(params))
+    thirty = first_day = None
+    if summary.caught_up:
+        day = params.start_date + timedelta(days=days // 2)
+        started = time.perf_counter()
+        run_days(bench.settings(params), day, day, bench.instance)
+        first_day = round(time.perf_counter() - started, 2)
+        started = time.perf_counter()
+        run_days(bench.settings(params), params.start_date, params.start_date + timedelta(days=29), bench.instance)
+        thirty = round(time.perf_counter() - started, 2)
+    return {
+        "source_events": events,
+        "seconds": round(seconds, 2),
+        "events_per_second": round(events / seconds),
+        "steps": summary.step_seconds,
+        "daily_one_partition_seconds": first_day,
+        "daily_thirty_day_backfill_seconds": thirty,
+    }
+
+
+def memory(bench: Bench) -> dict:
+    jvm_pid = bench.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    status = Path(f"/proc/{jvm_pid}/status").read_text().splitlines()
+    jvm_peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+    return {
+        "python_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "jvm_peak_mb": round(jvm_peak_kb / 1024),
+    }
+
+
+def write_results(results: dict, command: str) -> None:
+    (HERE / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {results['machine']}  ",
+        f"Measured: {results['measured_at']}",
+        "",
+        "```json",
+        json.dumps({k: v for k, v in results.items() if k not in ("machine", "measured_at")}, indent=2, default=str),
+        "```",
+        "",
+    ]
+    (HERE / "results.md").write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    size = SIZES[args.size]
+    results = {
+        "machine": f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "measured_at": datetime.now().isoformat(timespec="seconds"),
+        "size": {"name": args.size, **asdict(size), "reps": args.reps},
+        "spark_start_seconds": spark_start_seconds(),
+    }
+    with tempfile.TemporaryDirectory(prefix="incremental-assets-bench-") as root:
+        bench = Bench(Path(root), args.reps)
+        for name, measure in (("steady_state", steady_state), ("big_window", big_window), ("first_backfill", first_backfill)):
+            started = time.perf_counter()
+            results[name] = measure(bench, size)
+            print(f"{name}: {time.perf_counter() - started:.0f}s\n{json.dumps(results[name], indent=2, default=str)}", flush=True)
+        results["memory"] = memory(bench)
+    write_results(results, "make bench" + ("" if args.size == "small" else f" BENCH_SIZE={args.size}"))
+    print(json.dumps(results["memory"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -202,3 +202,19 @@ def test_delta_writes_live_only_in_the_io_manager_and_the_manifest_resource():
     }
     assert writing <= WRITERS, f"Delta writes outside their one writer: {sorted(writing - WRITERS)}"
     assert {"io_managers/delta.py", "resources/manifests.py"} <= writing
+
+
+def test_a_first_run_over_an_empty_window_succeeds_and_moves_on_to_the_first_event(spark, warehouse, monkeypatch, tmp_path):
+    source = str(tmp_path / "export")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
+    write_events(spark, events_frame(spark, EXPORT), source, "append")
+    early = IncrementalSettings(
+        start_date=(STREAM_START - timedelta(days=60)).date().isoformat(), session_timestamp="collector_tstamp",
+        backfill_limit_days=10,
+    )
+    summary = run_incremental(early, instance=DagsterInstance.ephemeral())
+    assert summary.success and summary.value("events_this_run", "events_found") == 0
+    first_event = min(row[SAMPLE_SCHEMA.fieldNames().index("collector_tstamp")] for row in EXPORT)
+    assert ManifestResource().entries()["filtered_events"].position == first_event
+    for table in ("sessions_lifecycle_manifest", "quarantined_sessions", "events_this_run"):
+        assert delta_tables.read_table(spark, f"{warehouse}/{table}").count() == 0

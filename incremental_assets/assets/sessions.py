@@ -32,6 +32,11 @@ def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
+def must_write(spark, rows: int, table: str) -> bool:
+    """An empty write is skipped, except the first: it creates the table later steps read."""
+    return rows > 0 or not delta_tables.table_exists(spark, table_uri(table))
+
+
 @spark_delta_asset(
     name=LIFECYCLE,
     ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
@@ -40,9 +45,7 @@ def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
-def sessions_lifecycle_manifest(
-    limits: RunLimits, settings: IncrementalSettings, spark: SparkResource
-) -> Output[DataFrame]:
+def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings, spark: SparkResource) -> Output:
     session = spark.spark_session
     ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
@@ -54,19 +57,22 @@ def sessions_lifecycle_manifest(
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
     changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days).cache()
-    changed = changes.count()
+    changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
     classified.unpersist()
-    return Output(
-        changes,
-        metadata={
-            "events_in_window": sum(drops.values()),
-            "eligible_events": drops.get(None, 0),
-            "null_cursor_rows": T.null_cursor_rows(source, ts, limits.lower, limits.upper),
-            **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
-            "sessions_new_or_changed": changed,
-            MERGE_TARGET_FLOOR: floor.isoformat(),
-        },
-    )
+    metadata = {
+        "events_in_window": sum(drops.values()),
+        "eligible_events": drops.get(None, 0),
+        "null_cursor_rows": T.null_cursor_rows(source, ts, limits.lower, limits.upper),
+        **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
+        "sessions_new_or_changed": changed["n"],
+    }
+    if not must_write(session, changed["n"], LIFECYCLE):
+        changes.unpersist()
+        return Output(None, metadata=metadata)
+    if changed["first_day"] is not None:
+        # A change starts no later than the stored row it updates: the MERGE reads from its first day on.
+        metadata[MERGE_TARGET_FLOOR] = changed["first_day"].isoformat()
+    return Output(changes, metadata=metadata)
 
 
 @multi_asset(
@@ -99,7 +105,10 @@ def session_batch(
     """The sessions active in the window, computed once: the ones to quarantine, and all their events."""
     ts = settings.session_timestamp
     active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days).cache()
-    yield Output(T.newly_quarantined(active, settings.max_session_days, limits.now), QUARANTINE)
+    quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
+    at_cap = quarantine.count()  # on the cached sessions: cheaper than an empty MERGE
+    write = must_write(spark.spark_session, at_cap, QUARANTINE)
+    yield Output(quarantine if write else None, QUARANTINE, metadata={"sessions_at_their_cap": at_cap})
 
     source = delta_tables.read_table(spark.spark_session, source_table_uri())
     events = T.session_events(source, active, settings).cache()

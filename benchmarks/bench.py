@@ -9,7 +9,7 @@
   big_window      one run over a window of many new events, against the floor for the same rows
   first_backfill  the whole pipeline over a stream, from an empty warehouse: events per second
   daily           one daily partition recomputed, and a 30-day single-run backfill
-  merge_pruning   per MERGE of the last steady-state run: target files scanned / files in the table
+  merge_scope     per MERGE of the last steady-state run: files it may read / files in the table
   memory          peak resident memory of this process and of its Spark JVM
 
 Writes benchmarks/results.md and benchmarks/results.json (machine, sizes, figures, the command).
@@ -35,6 +35,7 @@ from pathlib import Path
 os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 
 from dagster import DagsterInstance  # noqa: E402
+import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
@@ -46,7 +47,11 @@ from incremental_assets.sample.stream import append_hours, generate_stream, read
 from incremental_assets.settings import IncrementalSettings
 
 HERE = Path(__file__).parent
-MERGED_TABLES = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
+# The merged tables and their partition column (None: not partitioned, a MERGE reads all of it).
+MERGED_TABLES = {
+    "sessions_lifecycle_manifest": "start_date", "quarantined_sessions": None, "filtered_events": "event_date",
+    "sessions": None,
+}
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,11 @@ class Bench:
     def settings(self, params: SampleParams, **overrides) -> IncrementalSettings:
         return IncrementalSettings(start_date=params.start_date.isoformat(), backfill_limit_days=400, **overrides)
 
-    def run(self, settings: IncrementalSettings) -> tuple[float, RunSummary]:
+    def run(self, settings: IncrementalSettings, source: str) -> tuple[float, RunSummary]:
+        """One run, with 'now' at the stream's last load: the sample replays time, as a loader would."""
+        _, loaded_until = read_stream_state(source)
         started = time.perf_counter()
-        summary = run_incremental(settings, instance=self.instance)
+        summary = run_incremental(settings, now=loaded_until.isoformat(), instance=self.instance)
         if not summary.success:
             raise RuntimeError(f"run {summary.run_id} failed")
         return time.perf_counter() - started, summary
@@ -127,13 +134,13 @@ def steady_state(bench: Bench, size: Size) -> dict:
     for days in size.histories:
         source, params = bench.stream(f"history-{days}", days, size.events_per_day)
         settings = bench.settings(params)
-        bench.run(settings)  # the backfill of the history
-        empty = [bench.run(settings) for _ in range(bench.reps)]
+        bench.run(settings, source)  # the backfill of the history
+        empty = [bench.run(settings, source) for _ in range(bench.reps)]
         hours, daily, floors = [], [], []
         for _ in range(bench.reps):
             _, before = read_stream_state(source)
             append_hours(bench.spark, source, 1)
-            seconds, summary = bench.run(settings)
+            seconds, summary = bench.run(settings, source)
             hours.append(seconds)
             daily.append(sum(sum(run.step_seconds.values()) for run in summary.daily_runs))
             floors.append(bench.floor(source, before, before + timedelta(hours=1)))
@@ -143,28 +150,30 @@ def steady_state(bench: Bench, size: Size) -> dict:
             "one_hour_run_seconds": median(hours),
             "of_which_daily_runs_seconds": median(daily),
             "one_hour_floor_seconds": median(floors),
-            "events_per_hour": size.events_per_day // 24,
+            "new_events_per_hour": summary.value("filtered_events", "rows_inserted", 0),
+            "one_hour_steps": summary.step_seconds,
         }
-        pruning = merge_pruning()
+        pruning = merge_scope(summary)
     first, last = size.histories[0], size.histories[-1]
     ratio = results[f"{last}_days"]["one_hour_run_seconds"] / results[f"{first}_days"]["one_hour_run_seconds"]
-    return {"histories": results, f"ratio_{last}_to_{first}_days": round(ratio, 2), "merge_pruning": pruning}
+    return {"histories": results, f"ratio_{last}_to_{first}_days": round(ratio, 2), "merge_scope": pruning}
 
 
-def merge_pruning() -> dict:
-    """Per merged table, its last MERGE: target files scanned against the files in the table."""
-    pruning = {}
-    for table in MERGED_TABLES:
-        delta = DeltaTable(environment.table_uri(table))
-        merges = [c for c in delta.history(20) if c.get("operation") == "MERGE"]
-        if merges:
-            metrics = merges[0].get("operationMetrics") or {}
-            pruning[table] = {
-                "files_scanned": int(metrics.get("numTargetFilesAfterSkipping", -1)),
-                "files_before_skipping": int(metrics.get("numTargetFilesBeforeSkipping", -1)),
-                "files_in_table": len(delta.files()),
-            }
-    return pruning
+def merge_scope(summary: RunSummary) -> dict:
+    """Per table a run merged into: the files its MERGE may read (those of partitions at or after
+    the floor the asset declared; OSS Delta records no skipping metrics) against all its files."""
+    scope = {}
+    for table, column in MERGED_TABLES.items():
+        if "write_mode_operation" not in summary.metadata.get(table, {}):
+            continue  # this run wrote nothing there
+        floor = summary.value(table, "merge_target_floor")
+        actions = pa.table(DeltaTable(environment.table_uri(table)).get_add_actions(flatten=True)).to_pydict()
+        files = len(actions["path"])
+        in_scope = files
+        if column and floor:
+            in_scope = sum(1 for value in actions[f"partition.{column}"] if str(value) >= floor)
+        scope[table] = {"merge_target_floor": floor, "files_in_merge_scope": in_scope, "files_in_table": files}
+    return scope
 
 
 def big_window(bench: Bench, size: Size) -> dict:
@@ -172,10 +181,10 @@ def big_window(bench: Bench, size: Size) -> dict:
     per_day = size.big_window_events // 2
     source, params = bench.stream("big-window", 1, per_day)
     settings = bench.settings(params)
-    bench.run(settings)
+    bench.run(settings, source)
     _, before = read_stream_state(source)
     append_hours(bench.spark, source, 48)
-    seconds, summary = bench.run(settings)
+    seconds, summary = bench.run(settings, source)
     floor = bench.floor(source, before, before + timedelta(hours=48))
     return {
         "new_events": summary.value("events_this_run", "events_found"),
@@ -191,7 +200,7 @@ def first_backfill(bench: Bench, size: Size) -> dict:
     days = 30
     source, params = bench.stream("backfill", days, size.backfill_events // days)
     events = bench.spark.read.format("delta").load(source).count()
-    seconds, summary = bench.run(bench.settings(params))
+    seconds, summary = bench.run(bench.settings(params), source)
     thirty = first_day = None
     if summary.caught_up:
         day = params.start_date + timedelta(days=days // 2)

@@ -79,7 +79,6 @@ class WriteResult:
     version: int
     operation: str
     metrics: dict[str, int] = field(default_factory=dict)
-    user_metadata: str | None = None
     skipped: bool = False
 
     @property
@@ -162,7 +161,7 @@ def last_commit(spark: SparkSession, uri: str) -> WriteResult:
     except Exception:  # noqa: BLE001 - any storage deltalake cannot read: fall back to Spark
         entry = DeltaTable.forPath(spark, uri).history(1).first().asDict()
     metrics = {key: int(value) for key, value in (entry.get("operationMetrics") or {}).items() if str(value).isdigit()}
-    return WriteResult(entry["version"], entry["operation"], metrics, entry.get("userMetadata"))
+    return WriteResult(entry["version"], entry["operation"], metrics)
 
 
 def create_with_change_feed(spark: SparkSession, uri: str, schema: T.StructType, partition_by: Sequence[str]) -> None:

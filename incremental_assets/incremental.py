@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 
 from incremental_assets.assets import spark_delta_asset
 from incremental_assets.io_managers.delta import Progress, delta_table
-from incremental_assets.logic.limits import Cursor, RunLimits
+from incremental_assets.logic.limits import Cursor
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_GROUP, INCREMENTAL_TAG
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.run_state import RunBatch

@@ -1,13 +1,14 @@
-"""Delta jar resolution: independent of the user's Maven and Ivy caches, and says why it failed.
+"""Delta jar resolution: independent of the user's Maven and Ivy caches, says why it failed, and
+adds to Spark's class path only what Spark lacks.
 
-Both tests download from Maven Central into a temporary cache and start a JVM.
+The resolution tests download from Maven Central into a temporary cache and start a JVM.
 """
 
 from pathlib import Path
 
 import pytest
 
-from incremental_assets.resources.spark import DELTA_VERSION, _resolve, resolve_delta_jars
+from incremental_assets.resources.spark import DELTA_VERSION, _resolve, not_shipped_with_spark, resolve_delta_jars
 
 # What `mvn dependency:get -Dartifact=...:pom` or an interrupted Maven build leaves behind.
 POM_WITHOUT_JAR = f"""<?xml version="1.0" encoding="UTF-8"?>
@@ -42,6 +43,20 @@ def test_jars_resolve_despite_a_pom_without_its_jar_in_the_maven_cache(tmp_path,
     assert all(Path(jar).is_relative_to(jar_cache) for jar in jars)
     assert not (home / ".ivy2").exists()
     assert resolve_delta_jars() == jars  # now a cache hit
+    # Delta's POM also names Parquet, Jackson and Hadoop; Spark's own copies of those stay in charge.
+    assert not any(Path(jar).name.startswith(("org.apache.parquet_", "org.apache.hadoop_")) for jar in jars)
+
+
+def test_only_jars_spark_does_not_ship_are_added_to_its_class_path():
+    resolved = [
+        "/cache/io.delta_delta-spark_2.13-4.4.0.jar",
+        "/cache/io.delta_delta-storage-4.4.0.jar",
+        "/cache/org.apache.parquet_parquet-column-1.16.0.jar",  # pyspark ships parquet-column-1.x
+        "/cache/com.github.luben_zstd-jni-1.5.7-3.jar",  # and zstd-jni-1.5.7-7
+        "/cache/com.fasterxml.jackson.core_jackson-databind-2.13.5.jar",
+    ]
+
+    assert not_shipped_with_spark(resolved) == resolved[:2]
 
 
 def test_a_failed_resolution_names_its_cause(jar_cache):

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pyspark
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
 from incremental_assets.environment import jar_cache_dir
 
+# delta-spark_2.13 4.0.x is built against Spark 4.0 (pyproject pins the matching pyspark). Spark 4.2
+# with Delta 4.4 measured slower here (benchmarks/engine.md).
 DELTA_VERSION = "4.0.1"
 DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
 JAR_LIST_FILE = "resolved-jars.txt"
@@ -59,17 +63,24 @@ FAILURE_MARKERS = (
     "exception in thread",
 )
 
+# Shuffles sized to the data: adaptive execution coalesces the shuffle partitions to what
+# each stage holds, and turns a join whose side proves small at run time (the sessions of a run, a
+# quarantine list) into a broadcast. Applied to Spark Connect sessions too.
+SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.autoBroadcastJoinThreshold": "64MB",
+}
+
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
 LOCAL_CONF = {
-    "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.enabled": "true",
     # Manifests and scratch tables are small: a handful of snapshot partitions keeps Delta
     # log replay from scheduling 50 tasks per table read.
     "spark.databricks.delta.snapshotPartitions": "2",
@@ -97,9 +108,22 @@ def resolve_delta_jars() -> list[str]:
     """Resolve the Delta jars into the project cache (idempotent); returns the jar paths."""
     jars = cached_delta_jars()
     if jars is None:
-        jars = _resolve(DELTA_PACKAGE)
+        jars = not_shipped_with_spark(_resolve(DELTA_PACKAGE))
         (_version_dir() / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
     return jars
+
+
+def _artifact(jar_name: str) -> str:
+    """`parquet-column-1.17.0.jar` -> `parquet-column` (Ivy's names carry an `org_` prefix too)."""
+    return re.sub(r"-\d[^-]*(-\d+)?\.jar$", "", jar_name)
+
+
+def not_shipped_with_spark(jars: list[str]) -> list[str]:
+    """The resolved jars whose artifact Spark does not already ship (Delta's POM names Parquet,
+    Hadoop, Jackson, log4j...): Spark's own copy is on the class path first, so a second, older
+    copy would only be shadowed, or clash, and cost start-up time."""
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in jars if _artifact(Path(jar).name.split("_", 1)[1]) not in shipped]
 
 
 def _resolve(package: str) -> list[str]:
@@ -143,7 +167,7 @@ def _failure_cause(output: str) -> str:
 def build_spark_session(
     master: str | None = None,
     remote: str | None = None,
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int | None = None,
     app_name: str = "incremental_assets",
     extra_conf: dict[str, Any] | None = None,
 ) -> SparkSession:
@@ -164,14 +188,18 @@ def build_spark_session(
         jars = {"spark.jars": ",".join(resolve_delta_jars())}
         for key, value in {**LOCAL_CONF, **DELTA_CONF, **jars}.items():
             builder = builder.config(key, value)
-    builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    for key, value in (extra_conf or {}).items():
+    sql_conf = {**SQL_CONF, **({"spark.sql.shuffle.partitions": str(shuffle_partitions)} if shuffle_partitions else {})}
+    for key, value in {**sql_conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
-    session.conf.set("spark.sql.session.timeZone", "UTC")
-    session.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if not shuffle_partitions and not remote:
+        # Two per core of the cluster: every core busy on a big stage, which adaptive execution
+        # coalesces for a small one (Spark's fixed 200 costs a task and a file each).
+        sql_conf["spark.sql.shuffle.partitions"] = str(2 * session.sparkContext.defaultParallelism)
+    for key, value in sql_conf.items():  # a session that already existed gets them too
+        session.conf.set(key, value)
     return session
 
 
@@ -182,7 +210,9 @@ class SparkResource(LazyPySparkResource):
 
     master: str | None = Field(default=None, description="Spark master URL; default SPARK_MASTER or local[*]")
     remote: str | None = Field(default=None, description="Spark Connect URL; default SPARK_REMOTE")
-    shuffle_partitions: int = Field(default=4, description="spark.sql.shuffle.partitions")
+    shuffle_partitions: int | None = Field(
+        default=None, description="spark.sql.shuffle.partitions; default two per core, coalesced to the data by adaptive execution"
+    )
     spark_config: dict[str, Any] = Field(default_factory=dict, description="Any other Spark settings")
 
     @classmethod

@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from incremental_assets.logic.limits import BatchStats, RunLimits, RunState
-from incremental_assets.utc import naive
+from incremental_assets.utc import UTC_TIMESTAMP, aware, naive
 
-LIMITS_SCHEMA = "run_id string, state string, lower_limit timestamp, upper_limit timestamp, now timestamp"
+LIMITS_SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("state", pa.string()), ("lower_limit", UTC_TIMESTAMP),
+     ("upper_limit", UTC_TIMESTAMP), ("now", UTC_TIMESTAMP)]
+)
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,10 @@ class RunBatch:
         return self.stats.limits
 
 
-def limits_row(limits: RunLimits, run_id: str) -> tuple:
-    return (run_id, limits.state.value, limits.lower, limits.upper, limits.now)
+def limits_table(limits: RunLimits, run_id: str) -> pa.Table:
+    """The run's row of `new_event_limits`."""
+    row = (run_id, limits.state.value, aware(limits.lower), aware(limits.upper), aware(limits.now))
+    return pa.Table.from_pylist([dict(zip(LIMITS_SCHEMA.names, row))], LIMITS_SCHEMA)
 
 
 def limits_from_row(row: Mapping[str, Any]) -> RunLimits:

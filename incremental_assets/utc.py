@@ -6,6 +6,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
+
+# The Arrow type of a Delta `timestamp` column, for tables written with deltalake.
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)

@@ -50,15 +50,13 @@ from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.run_state import (
-    LIMITS_SCHEMA,
     RunBatch,
     batch_metadata,
     limits_from_row,
     limits_metadata,
-    limits_row,
+    limits_table,
     stats_from_metadata,
 )
-from incremental_assets.utc import aware_row
 
 METADATA_KEY = "delta_table"
 # Output metadata an asset may attach to steer its write (shown in the UI as well):
@@ -153,7 +151,10 @@ class DeltaIOManager(ConfigurableIOManager):
             context.log.info(f"{name} is already at {cursor.entry.position}, past this run's upper limit: nothing to do")
             context.add_output_metadata({"skipped": "already ahead of this run's window"})
             return
-        frame, metadata = self._frame(context, obj)
+        if isinstance(obj, RunLimits):
+            self._write_run_record(context, spec, obj, uri)
+            return
+        frame, metadata = (obj.events, batch_metadata(obj.stats)) if isinstance(obj, RunBatch) else (obj, {})
         if frame is None:
             context.add_output_metadata({**metadata, "written": False, "table_uri": MetadataValue.path(uri)})
         else:
@@ -165,14 +166,17 @@ class DeltaIOManager(ConfigurableIOManager):
             days = [date.fromisoformat(key) for key in context.asset_partition_keys]
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
 
-    def _frame(self, context: OutputContext, obj) -> tuple[DataFrame | None, dict[str, Any]]:
-        """The rows to write and the metadata that describes them."""
-        if isinstance(obj, RunLimits):
-            spark = self.spark.spark_session
-            return spark.createDataFrame([aware_row(limits_row(obj, context.run_id))], LIMITS_SCHEMA), limits_metadata(obj)
-        if isinstance(obj, RunBatch):
-            return obj.events, batch_metadata(obj.stats)
-        return obj, {}
+    def _write_run_record(self, context: OutputContext, spec: TableSpec, limits: RunLimits, uri: str) -> None:
+        """The run's limits, one row appended without Spark (so a run that finds nothing new may never
+        start a JVM for it)."""
+        if spec.write_mode is not WriteMode.APPEND:
+            raise DeltaWriteError(f"{uri} keeps one row per run: declare write mode append")
+        rows = limits_table(limits, context.run_id)
+        result = delta_tables.append_rows(uri, rows, Txn(f"run-{context.run_id}"))
+        columns = [TableColumn(f.name, str(f.type)) for f in rows.schema]
+        context.add_output_metadata(
+            {**limits_metadata(limits), **write_metadata(columns, uri, result), "dagster/row_count": previews.row_count(uri)}
+        )
 
     def _write(self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, metadata: dict) -> None:
         spark = frame.sparkSession
@@ -189,7 +193,8 @@ class DeltaIOManager(ConfigurableIOManager):
             frame.unpersist()
         if result.skipped:
             context.log.info(f"{uri}: this run's write is already committed (Delta transaction {txn.app_id})")
-        context.add_output_metadata({**metadata, **write_metadata(frame, uri, result)})
+        columns = [TableColumn(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+        context.add_output_metadata({**metadata, **write_metadata(columns, uri, result)})
         if window is not None:
             self._record_partition_counts(context, spark, uri, window)
         elif not context.has_asset_partitions:
@@ -198,8 +203,6 @@ class DeltaIOManager(ConfigurableIOManager):
     def _txn(self, context: OutputContext) -> Txn | None:
         """Writes of the incremental job are keyed by the run that decided the window, so a re-executed
         step does not write again; other writes (daily partitions) are idempotent by their mode."""
-        if context.asset_key.path[-1] == NEW_EVENT_LIMITS:
-            return Txn(f"run-{context.run_id}")
         limits = self._materialized_in_this_run(context, NEW_EVENT_LIMITS)
         return Txn(f"run-{limits.run_id}") if limits is not None else None
 
@@ -319,7 +322,7 @@ def partition_row_counts(spark, uri: str, window: Window, partitions_def, keys) 
     return per_key
 
 
-def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
+def write_metadata(columns: list[TableColumn], uri: str, result: delta_tables.WriteResult) -> dict[str, Any]:
     """What a write did: Delta operation metrics, version, table path, schema."""
     return {
         "write_mode_operation": result.operation,
@@ -329,9 +332,7 @@ def write_metadata(df: DataFrame, uri: str, result: delta_tables.WriteResult) ->
         "delta_version": result.version,
         "table_uri": MetadataValue.path(uri),
         "dagster/uri": uri,
-        "dagster/column_schema": TableSchema(
-            columns=[TableColumn(f.name, f.dataType.simpleString()) for f in df.schema.fields]
-        ),
+        "dagster/column_schema": TableSchema(columns=columns),
     }
 
 

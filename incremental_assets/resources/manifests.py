@@ -20,7 +20,7 @@ from incremental_assets import previews
 from incremental_assets.environment import table_uri, warehouse_root
 from incremental_assets.logic.days import DayStatus, mark_processed
 from incremental_assets.logic.limits import Cursor, ManifestEntry
-from incremental_assets.utc import aware, naive, utcnow
+from incremental_assets.utc import UTC_TIMESTAMP, aware, naive, utcnow
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
 DAILY_MANIFEST = "daily_aggregation_manifest"
@@ -29,7 +29,6 @@ DAILY_MANIFEST = "daily_aggregation_manifest"
 # cleanup cannot lose them, and the count and the version can never disagree after a crash.
 CONSUMED_APP_ID = "filtered_events"
 
-UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 MANIFEST_SCHEMA = pa.schema(
     [
         pa.field("model", pa.string(), nullable=False),

@@ -50,9 +50,10 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
     ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
-    window = T.in_cursor_range(source, ts, limits.lower, limits.upper)
+    window = T.window_and_null_cursor_rows(source, ts, limits.lower, limits.upper)
     classified = T.classify_window(window, quarantined, settings).cache()
     drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
+    null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
@@ -62,7 +63,7 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
     metadata = {
         "events_in_window": sum(drops.values()),
         "eligible_events": drops.get(None, 0),
-        "null_cursor_rows": T.null_cursor_rows(source, ts, limits.lower, limits.upper),
+        "null_cursor_rows": null_cursor_rows,
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
     }
@@ -111,7 +112,9 @@ def session_batch(
     yield Output(quarantine if write else None, QUARANTINE, metadata={"sessions_at_their_cap": at_cap})
 
     source = delta_tables.read_table(spark.spark_session, source_table_uri())
-    events = T.session_events(source, active, settings).cache()
+    events = T.session_events(source, active, settings)
+    # Not cached: these stats need a few narrow columns, which Spark reads and dedupes far cheaper
+    # than it would cache every column of a big batch before the write reads it once.
     found = events.agg(
         F.count(F.lit(1)).alias("n"),
         F.max(ts).alias("batch_max"),
@@ -130,7 +133,6 @@ def session_batch(
             "sessions_this_run": found["sessions"],
         },
     )
-    events.unpersist()
     active.unpersist()
 
 

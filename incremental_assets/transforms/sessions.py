@@ -16,6 +16,7 @@ from incremental_assets.settings import IncrementalSettings
 SESSION = "session_identifier"
 USER = "user_identifier"
 COPIES = "_copies"
+NULL_CURSOR = "null_cursor"  # the drop reason of a row whose session timestamp is null
 
 
 def identifier(columns: list[str], sql: str | None) -> Column:
@@ -84,22 +85,25 @@ def next_event_after(source: DataFrame, ts: str, upper: datetime, now: datetime)
     return later.agg(F.min(ts)).first()[0]
 
 
-def null_cursor_rows(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> int:
-    """Rows no window can ever hold (null cursor), among those loaded in the window's days or
-    without a load day at all."""
-    rows = source.where(F.col(ts).isNull())
+def window_and_null_cursor_rows(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
+    """In one scan: the window (lower <= ts <= upper), and the rows no window can ever hold (null
+    cursor) among those loaded in the window's days or without a load day at all."""
+    rows = _load_days_for(source, ts, lower, upper)
+    null_cursor = F.col(ts).isNull()
     if LOAD_DATE in source.columns:
-        rows = rows.where(_loaded(lower.date(), upper.date()))
-    return rows.count()
+        null_cursor = null_cursor & _loaded(lower.date(), upper.date())
+    return rows.where(F.col(ts).between(F.lit(lower), F.lit(upper)) | null_cursor)
 
 
 def classify_window(window: DataFrame, quarantined: DataFrame, settings: IncrementalSettings) -> DataFrame:
-    """Every event of the window with its session and user ids and why it is dropped (or null)."""
+    """Every event of the window with its session and user ids and why it is dropped (or null);
+    a row without a cursor (if the window holds any) is `NULL_CURSOR`."""
     quarantine = quarantined.select(F.col(SESSION).alias("_q"), F.lit(True).alias("_quarantined"))
     marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
     marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
     reason = (
-        F.when(F.col("event_id").isNull(), "null_event_id")
+        F.when(F.col(settings.session_timestamp).isNull(), NULL_CURSOR)
+        .when(F.col("event_id").isNull(), "null_event_id")
         .when(F.col(SESSION).isNull(), "null_session_id")
         .when(~app_allowed(settings), "app_filtered")
         .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")

@@ -3,10 +3,12 @@
     .venv/bin/python benchmarks/bench.py [--size small|full] [--reps N]
 
   spark_start     a cold Spark start with Delta, in a fresh process (the floor of every run)
-  empty_run       an incremental run with no new data (median), and where its time goes, per step
+  empty_run       an incremental run with no new data (median), and where its time goes: per step,
+                  and Spark's jobs by call site (the rest is Dagster, planning, Delta logs, commits)
   steady_state    one incremental run over one hour of new loads, on 7, 30 and 90 days of history
   floor           the same hour's source rows read and appended once to a Delta table with plain Spark
-  big_window      one run over a window of many new events, against the floor for the same rows
+  big_window      one run over a window of many new events, against the floor for the same rows,
+                  with its largest Spark jobs
   first_backfill  the whole pipeline over a stream, from an empty warehouse: events per second
   daily           one daily partition recomputed, and a 30-day single-run backfill
   merge_scope     per MERGE of the last steady-state run: files it may read / files in the table
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -75,6 +78,7 @@ class Bench:
         self.root, self.reps = root, reps
         self.spark = build_spark_session()
         self.instance = DagsterInstance.ephemeral()
+        self.jobs = SparkJobs(self.spark)
 
     def warehouse(self, name: str) -> str:
         path = self.root / name
@@ -114,6 +118,42 @@ class Bench:
         return time.perf_counter() - started
 
 
+class SparkJobs:
+    """Spark's own record of the jobs it ran (the driver's status API), to say where a run's time went."""
+
+    def __init__(self, spark):
+        context = spark.sparkContext
+        self.url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
+
+    def _jobs(self) -> list[dict]:
+        with urllib.request.urlopen(self.url) as response:
+            return json.load(response)
+
+    def mark(self) -> int:
+        return max((job["jobId"] for job in self._jobs()), default=-1)
+
+    def since(self, mark: int) -> dict[str, float]:
+        """Seconds of the jobs after `mark`, by where they were called (job name: action and line)."""
+        spent: dict[str, float] = {}
+        for job in self._jobs():
+            if job["jobId"] > mark and job.get("completionTime"):
+                name = job["name"].replace(str(Path(__file__).resolve().parents[1]) + "/", "")
+                spent[name] = spent.get(name, 0.0) + _seconds(job["completionTime"]) - _seconds(job["submissionTime"])
+        return {name: round(seconds, 2) for name, seconds in sorted(spent.items(), key=lambda item: -item[1])}
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.strptime(stamp.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+
+
+def rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {name: round(value, 2) for name, value in seconds.items()}
+
+
+def top(spark_jobs: dict[str, float], n: int = 8) -> dict[str, float]:
+    return dict(list(spark_jobs.items())[:n])
+
+
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
 
@@ -136,6 +176,9 @@ def steady_state(bench: Bench, size: Size) -> dict:
         settings = bench.settings(params)
         bench.run(settings, source)  # the backfill of the history
         empty = [bench.run(settings, source) for _ in range(bench.reps)]
+        mark = bench.jobs.mark()
+        profiled_seconds, profiled = bench.run(settings, source)
+        spark_jobs = bench.jobs.since(mark)
         hours, daily, floors = [], [], []
         for _ in range(bench.reps):
             _, before = read_stream_state(source)
@@ -146,12 +189,18 @@ def steady_state(bench: Bench, size: Size) -> dict:
             floors.append(bench.floor(source, before, before + timedelta(hours=1)))
         results[f"{days}_days"] = {
             "empty_run_seconds": median([seconds for seconds, _ in empty]),
-            "empty_run_steps": empty[-1][1].step_seconds,
+            "empty_run_where_the_time_goes": {
+                "run_seconds": round(profiled_seconds, 2),
+                "steps": rounded(profiled.step_seconds),
+                "spark_jobs_seconds": round(sum(spark_jobs.values()), 2),
+                "outside_spark_jobs_seconds": round(profiled_seconds - sum(spark_jobs.values()), 2),
+                "spark_jobs_by_call_site": spark_jobs,
+            },
             "one_hour_run_seconds": median(hours),
             "of_which_daily_runs_seconds": median(daily),
             "one_hour_floor_seconds": median(floors),
             "new_events_per_hour": summary.value("filtered_events", "rows_inserted", 0),
-            "one_hour_steps": summary.step_seconds,
+            "one_hour_steps": rounded(summary.step_seconds),
         }
         pruning = merge_scope(summary)
     first, last = size.histories[0], size.histories[-1]
@@ -184,14 +233,17 @@ def big_window(bench: Bench, size: Size) -> dict:
     bench.run(settings, source)
     _, before = read_stream_state(source)
     append_hours(bench.spark, source, 48)
+    mark = bench.jobs.mark()
     seconds, summary = bench.run(settings, source)
+    spark_jobs = bench.jobs.since(mark)
     floor = bench.floor(source, before, before + timedelta(hours=48))
     return {
         "new_events": summary.value("events_this_run", "events_found"),
         "run_seconds": round(seconds, 2),
         "floor_seconds": round(floor, 2),
         "ratio_to_floor": round(seconds / floor, 2),
-        "steps": summary.step_seconds,
+        "steps": rounded(summary.step_seconds),
+        "largest_spark_jobs": top(spark_jobs),
     }
 
 
@@ -200,7 +252,9 @@ def first_backfill(bench: Bench, size: Size) -> dict:
     days = 30
     source, params = bench.stream("backfill", days, size.backfill_events // days)
     events = bench.spark.read.format("delta").load(source).count()
+    mark = bench.jobs.mark()
     seconds, summary = bench.run(bench.settings(params), source)
+    spark_jobs = bench.jobs.since(mark)
     thirty = first_day = None
     if summary.caught_up:
         day = params.start_date + timedelta(days=days // 2)
@@ -214,7 +268,8 @@ def first_backfill(bench: Bench, size: Size) -> dict:
         "source_events": events,
         "seconds": round(seconds, 2),
         "events_per_second": round(events / seconds),
-        "steps": summary.step_seconds,
+        "steps": rounded(summary.step_seconds),
+        "largest_spark_jobs": top(spark_jobs),
         "daily_one_partition_seconds": first_day,
         "daily_thirty_day_backfill_seconds": thirty,
     }

@@ -76,6 +76,7 @@ def quiet_stream(spark, tmp_path_factory):
         quiet.append(run_incremental(SETTINGS, instance=instance))
         positions.append(ManifestResource().entries()["filtered_events"].position)
     stored = {r.event_id for r in delta_tables.read_table(spark, f"{root}/warehouse/filtered_events").collect()}
+    assert delta_tables.read_table(spark, f"{root}/warehouse/events_this_run").count() == 0, "scratch holds this run only"
     yield catch_up, quiet, positions, stored
     for name, value in saved.items():
         os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)

@@ -67,6 +67,26 @@ def test_events_with_null_load_tstamp_are_kept_with_the_collector_cursor(spark):
     assert ids(T.in_cursor_range(source, "collector_tstamp", t("02 00:00"), t("03 00:00"))) == {"loaded", "old_loader"}
 
 
+def test_the_window_scan_also_holds_the_null_cursor_rows_of_its_load_days(spark):
+    # Window [02 00:00, 03 00:00] on collector_tstamp. A row without collector_tstamp can never be
+    # in a window: it is counted (once, in the window's own scan) if loaded within the window's days
+    # (02 and 03) or without a load day, and classified NULL_CURSOR, never eligible.
+    source = events_frame(spark, [
+        event("in_window", "02 09:00"),
+        event("null_loaded_03", "03 09:00", collector_tstamp=None),
+        event("null_no_load_day", "02 09:00", collector_tstamp=None, load_tstamp=None),
+        event("null_loaded_05", "05 09:00", collector_tstamp=None),
+        event("later", "05 09:00"),
+    ])
+    scanned = T.window_and_null_cursor_rows(source, "collector_tstamp", t("02 00:00"), t("03 00:00"))
+    assert ids(scanned) == {"in_window", "null_loaded_03", "null_no_load_day"}
+    settings = IncrementalSettings(start_date="2021-01-01", session_timestamp="collector_tstamp")
+    classified = T.classify_window(scanned, frame(spark, "session_identifier string", []), settings)
+    assert {r.event_id: r.drop_reason for r in classified.collect()} == {
+        "in_window": None, "null_loaded_03": T.NULL_CURSOR, "null_no_load_day": T.NULL_CURSOR,
+    }
+
+
 # next_event_after: where the run after an empty window [.., U] resumes
 
 UPPER, NOW = t("03 00:00"), t("09 00:00")

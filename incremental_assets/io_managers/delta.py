@@ -158,7 +158,9 @@ class DeltaIOManager(ConfigurableIOManager):
         if frame is None:
             context.add_output_metadata({**metadata, "written": False, "table_uri": MetadataValue.path(uri)})
         else:
-            self._write(context, spec, frame, uri, metadata)
+            emptied = isinstance(obj, RunBatch) and not obj.stats.events_found and self._emptied(context, uri, frame, metadata)
+            if not emptied:
+                self._write(context, spec, frame, uri, metadata)
         if cursor is not None:
             self._advance(context, cursor)
         if spec.progress is Progress.DAILY:
@@ -199,6 +201,15 @@ class DeltaIOManager(ConfigurableIOManager):
             self._record_partition_counts(context, spark, uri, window)
         elif not context.has_asset_partitions:
             context.add_output_metadata({"dagster/row_count": previews.row_count(uri)})
+
+    def _emptied(self, context: OutputContext, uri: str, frame: DataFrame, metadata: dict) -> bool:
+        """An empty batch replaces the scratch table's rows by none, without a Spark job (a quiet
+        hour's run is mostly such fixed costs); False when deltalake cannot write there."""
+        result = delta_tables.delete_all_rows(uri, self._txn(context))
+        if result is not None:
+            columns = [TableColumn(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+            context.add_output_metadata({**metadata, **write_metadata(columns, uri, result)})
+        return result is not None
 
     def _txn(self, context: OutputContext) -> Txn | None:
         """Writes of the incremental job are keyed by the run that decided the window, so a re-executed

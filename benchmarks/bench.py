@@ -25,8 +25,6 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -48,6 +46,7 @@ from incremental_assets.runner import RunSummary, run_days, run_incremental
 from incremental_assets.sample.generator import SampleParams
 from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
 from incremental_assets.settings import IncrementalSettings
+from measure import cold_spark_start_seconds
 
 HERE = Path(__file__).parent
 # The merged tables and their partition column (None: not partitioned, a MERGE reads all of it).
@@ -156,16 +155,6 @@ def top(spark_jobs: dict[str, float], n: int = 8) -> dict[str, float]:
 
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 2)
-
-
-def spark_start_seconds() -> float:
-    code = (
-        "import time; t = time.perf_counter();"
-        "from incremental_assets.resources.spark import build_spark_session;"
-        "build_spark_session(); print(time.perf_counter() - t)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return round(float(out.strip().splitlines()[-1]), 2)
 
 
 def steady_state(bench: Bench, size: Size) -> dict:
@@ -312,7 +301,7 @@ def main() -> None:
         "machine": f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "measured_at": datetime.now().isoformat(timespec="seconds"),
         "size": {"name": args.size, **asdict(size), "reps": args.reps},
-        "spark_start_seconds": spark_start_seconds(),
+        "spark_start_seconds": round(cold_spark_start_seconds(), 2),
     }
     with tempfile.TemporaryDirectory(prefix="incremental-assets-bench-") as root:
         bench = Bench(Path(root), args.reps)

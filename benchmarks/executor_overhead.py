@@ -10,12 +10,8 @@ benchmarks/results/executor_overhead.json.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 from dagster import (
     DagsterInstance,
@@ -31,6 +27,7 @@ from dagster import (
 from pyspark.sql import functions as F
 
 from incremental_assets.resources.spark import SparkResource
+from measure import cold_spark_start_seconds, save_results
 
 
 @asset
@@ -72,30 +69,14 @@ def _timed_run(job_fn, instance) -> float:
     return time.perf_counter() - started
 
 
-def _spark_start_seconds() -> float:
-    """A cold start, in a fresh process: JVM, Delta jars from the cache, session."""
-    code = (
-        "import time; t = time.perf_counter();"
-        "from incremental_assets.resources.spark import build_spark_session;"
-        "build_spark_session(master='local[2]', shuffle_partitions=2);"
-        "print(time.perf_counter() - t)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return float(out.strip().splitlines()[-1])
-
-
 def main() -> None:
-    results = {"spark_session_start_seconds": round(_spark_start_seconds(), 1)}
+    results = {"spark_session_start_seconds": round(cold_spark_start_seconds("master='local[2]', shuffle_partitions=2"), 1)}
     with tempfile.TemporaryDirectory() as home:
         instance = DagsterInstance.local_temp(home)
         # In-process first, in this fresh process: its time includes the one cold JVM start.
         results["in_process_run_seconds"] = round(_timed_run(in_process_job, instance), 1)
         results["multiprocess_run_seconds"] = round(_timed_run(multiprocess_job, instance), 1)
-    for name, value in results.items():
-        print(f"{name:<32}{value:>8}")
-    out = Path(__file__).parent / "results" / "executor_overhead.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    save_results("executor_overhead", results)
 
 
 if __name__ == "__main__":

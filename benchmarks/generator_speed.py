@@ -11,15 +11,14 @@ second through append_hours. Prints the numbers and writes benchmarks/results/ge
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 import time
 from datetime import date, timedelta
-from pathlib import Path
 
 from incremental_assets.resources.spark import build_spark_session
 from incremental_assets.sample.generator import SampleParams, generate_table
 from incremental_assets.sample.stream import append_hours, generate_stream
+from measure import save_results
 
 DAYS = 90
 EVENTS_PER_DAY = 20_000
@@ -69,14 +68,7 @@ def daily_batches() -> dict:
 
 
 def main() -> None:
-    results = {"in_memory": in_memory(), "daily_batch_to_delta": daily_batches()}
-    for section, numbers in results.items():
-        print(section)
-        for name, value in numbers.items():
-            print(f"  {name:<40}{value:>12}")
-    out = Path(__file__).parent / "results" / "generator_speed.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    save_results("generator_speed", {"in_memory": in_memory(), "daily_batch_to_delta": daily_batches()})
 
 
 if __name__ == "__main__":

@@ -116,15 +116,21 @@ def write(
     merge_floor: tuple[str, date] | None = None,
     user_metadata: str | None = None,
     txn: Txn | None = None,
+    known_empty: bool = False,
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
 
     `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value;
-    `user_metadata` annotates the commit; `txn` makes a repeated write (a re-run step) a no-op.
+    `user_metadata` annotates the commit; `txn` makes a repeated write (a re-run step) a no-op;
+    `known_empty` (the caller counted no rows) lets a replace empty the table with deltalake, in
+    milliseconds where a Spark overwrite with no rows costs a job and a second.
     """
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
     if txn is not None and committed(uri, txn):
-        return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
+        return _already_committed(uri)
+    if known_empty and mode is WriteMode.REPLACE and deltalake_reads(uri):
+        deltalake.DeltaTable(uri).delete(commit_properties=_commit_properties(txn))
+        return _newest_commit(uri)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
@@ -151,21 +157,21 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     """Append a few rows (a run's record) with deltalake: milliseconds, where a Spark write of one
     row costs a job and a second. Same transaction identifier rule as `write`."""
     if committed(uri, txn):
-        return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
-    properties = deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)])
-    deltalake.write_deltalake(uri, rows, mode="append", commit_properties=properties)
-    return _result(deltalake.DeltaTable(uri).history(1)[0])
+        return _already_committed(uri)
+    deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
+    return _newest_commit(uri)
 
 
-def delete_all_rows(uri: str, txn: Txn | None) -> WriteResult | None:
-    """Empty a table (schema kept) with deltalake, in milliseconds where a Spark overwrite with no
-    rows costs a job and a second; None when deltalake cannot open it (Spark writes then)."""
-    if not deltalake_reads(uri):
-        return None
-    if txn is not None and committed(uri, txn):
-        return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
-    properties = deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None)
-    deltalake.DeltaTable(uri).delete(commit_properties=properties)
+def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
+    """A deltalake commit that records `txn`, as Spark's txnAppId/txnVersion do."""
+    return deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None)
+
+
+def _already_committed(uri: str) -> WriteResult:
+    return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
+
+
+def _newest_commit(uri: str) -> WriteResult:
     return _result(deltalake.DeltaTable(uri).history(1)[0])
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from incremental_assets.names import (
 from incremental_assets.logic.limits import RunLimits, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.settings import IncrementalSettings
-from incremental_assets.utc import utcnow
+from incremental_assets.utc import UTC_TIMESTAMP, aware, utcnow
 
 MAX_CATCH_UP_RUNS = 1000
 
@@ -179,7 +179,7 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     ts = pc.field(settings.session_timestamp)
     in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
     window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
-    stored = _stored_event_ids(manifest.uri("filtered_events"), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
+    stored = _stored_event_ids(manifest.uri(FILTERED_EVENTS), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
     new = [
         {**r, "event_date": r["derived_tstamp"].date()}
         for r in window
@@ -205,4 +205,4 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
 
 
 def _utc(moment: datetime) -> pa.Scalar:
-    return pa.scalar(moment.replace(tzinfo=timezone.utc), type=pa.timestamp("us", tz="UTC"))
+    return pa.scalar(aware(moment), type=UTC_TIMESTAMP)

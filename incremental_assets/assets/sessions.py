@@ -28,7 +28,7 @@ QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
 def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
     """A table's stored rows (state from earlier runs), or none before its first write."""
     if delta_tables.table_exists(spark, uri):
-        return delta_tables.read_table(spark, uri)
+        return spark.read.format("delta").load(uri)
     return spark.createDataFrame([], schema)
 
 

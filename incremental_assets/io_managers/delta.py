@@ -158,9 +158,8 @@ class DeltaIOManager(ConfigurableIOManager):
         if frame is None:
             context.add_output_metadata({**metadata, "written": False, "table_uri": MetadataValue.path(uri)})
         else:
-            emptied = isinstance(obj, RunBatch) and not obj.stats.events_found and self._emptied(context, uri, frame, metadata)
-            if not emptied:
-                self._write(context, spec, frame, uri, metadata)
+            known_empty = isinstance(obj, RunBatch) and not obj.stats.events_found
+            self._write(context, spec, frame, uri, metadata, known_empty)
         if cursor is not None:
             self._advance(context, cursor)
         if spec.progress is Progress.DAILY:
@@ -169,8 +168,7 @@ class DeltaIOManager(ConfigurableIOManager):
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
 
     def _write_run_record(self, context: OutputContext, spec: TableSpec, limits: RunLimits, uri: str) -> None:
-        """The run's limits, one row appended without Spark (so a run that finds nothing new may never
-        start a JVM for it)."""
+        """The run's limits, one row appended with deltalake: no Spark job for a row per run."""
         if spec.write_mode is not WriteMode.APPEND:
             raise DeltaWriteError(f"{uri} keeps one row per run: declare write mode append")
         rows = limits_table(limits, context.run_id)
@@ -180,7 +178,9 @@ class DeltaIOManager(ConfigurableIOManager):
             {**limits_metadata(limits), **write_metadata(columns, uri, result), "dagster/row_count": previews.row_count(uri)}
         )
 
-    def _write(self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, metadata: dict) -> None:
+    def _write(
+        self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, metadata: dict, known_empty: bool
+    ) -> None:
         spark = frame.sparkSession
         window = self._output_window(context, spec, uri)
         if spec.change_feed:
@@ -189,7 +189,8 @@ class DeltaIOManager(ConfigurableIOManager):
         merge_floor = (spec.partition_by[0], date.fromisoformat(floor)) if floor and spec.partition_by else None
         txn = self._txn(context)
         result = delta_tables.write(
-            spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn
+            spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn,
+            known_empty=known_empty,
         )
         if frame.is_cached:  # cached by its asset for the stats it computed; written now
             frame.unpersist()
@@ -201,15 +202,6 @@ class DeltaIOManager(ConfigurableIOManager):
             self._record_partition_counts(context, spark, uri, window)
         elif not context.has_asset_partitions:
             context.add_output_metadata({"dagster/row_count": previews.row_count(uri)})
-
-    def _emptied(self, context: OutputContext, uri: str, frame: DataFrame, metadata: dict) -> bool:
-        """An empty batch replaces the scratch table's rows by none, without a Spark job (a quiet
-        hour's run is mostly such fixed costs); False when deltalake cannot write there."""
-        result = delta_tables.delete_all_rows(uri, self._txn(context))
-        if result is not None:
-            columns = [TableColumn(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
-            context.add_output_metadata({**metadata, **write_metadata(columns, uri, result)})
-        return result is not None
 
     def _txn(self, context: OutputContext) -> Txn | None:
         """Writes of the incremental job are keyed by the run that decided the window, so a re-executed

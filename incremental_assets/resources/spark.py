@@ -66,6 +66,7 @@ FAILURE_MARKERS = (
 # Shuffles sized to the data: adaptive execution coalesces the shuffle partitions to what
 # each stage holds, and turns a join whose side proves small at run time (the sessions of a run, a
 # quarantine list) into a broadcast. Applied to Spark Connect sessions too.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 SQL_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.adaptive.enabled": "true",
@@ -188,16 +189,17 @@ def build_spark_session(
         jars = {"spark.jars": ",".join(resolve_delta_jars())}
         for key, value in {**LOCAL_CONF, **DELTA_CONF, **jars}.items():
             builder = builder.config(key, value)
-    sql_conf = {**SQL_CONF, **({"spark.sql.shuffle.partitions": str(shuffle_partitions)} if shuffle_partitions else {})}
+    sql_conf = dict(SQL_CONF)
+    if shuffle_partitions:
+        sql_conf[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
     for key, value in {**sql_conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
-    if not shuffle_partitions and not remote:
         # Two per core of the cluster: every core busy on a big stage, which adaptive execution
         # coalesces for a small one (Spark's fixed 200 costs a task and a file each).
-        sql_conf["spark.sql.shuffle.partitions"] = str(2 * session.sparkContext.defaultParallelism)
+        sql_conf.setdefault(SHUFFLE_PARTITIONS, str(2 * session.sparkContext.defaultParallelism))
     for key, value in sql_conf.items():  # a session that already existed gets them too
         session.conf.set(key, value)
     return session

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from enum import Enum
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import deltalake
 import pyarrow as pa
@@ -117,14 +117,20 @@ def write(
     user_metadata: str | None = None,
     txn: Txn | None = None,
     known_empty: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
 
     `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value;
     `user_metadata` annotates the commit; `txn` makes a repeated write (a re-run step) a no-op;
     `known_empty` (the caller counted no rows) lets a replace empty the table with deltalake, in
-    milliseconds where a Spark overwrite with no rows costs a job and a second.
+    milliseconds where a Spark overwrite with no rows costs a job and a second; `properties` are
+    the table properties of a table this write creates.
     """
+
+    def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
+        return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
+
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
     if txn is not None and committed(uri, txn):
         return _already_committed(uri)
@@ -140,17 +146,20 @@ def write(
                 raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")
             # A row per key, as an insert-only MERGE needs; only then, as this shuffles whole rows.
             df = df.dropDuplicates(list(keys))
-        if table_exists(spark, uri):
-            return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
-        return _save(df, uri, "overwrite", partition_by, user_metadata=user_metadata, txn=txn)
+        if not table_exists(spark, uri):
+            return save("overwrite")
+        if _nothing_stored_from(uri, merge_floor):
+            # No stored row can match a key: the MERGE would insert every row; an append skips its join.
+            return save("append")
+        return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
         kind = partition_kind(df, window.column, uri)
-        return _save(df, uri, "overwrite", partition_by, window.predicate(kind), user_metadata=user_metadata, txn=txn)
+        return save("overwrite", replace_where=window.predicate(kind))
     if mode is WriteMode.APPEND:
-        return _save(df, uri, "append", partition_by, user_metadata=user_metadata, txn=txn)
-    return _save(df, uri, "overwrite", partition_by, overwrite_schema=True, user_metadata=user_metadata, txn=txn)
+        return save("append")
+    return save("overwrite", overwrite_schema=True)
 
 
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
@@ -160,6 +169,19 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
         return _already_committed(uri)
     deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
     return _newest_commit(uri)
+
+
+def _nothing_stored_from(uri: str, floor: tuple[str, date] | None) -> bool:
+    """Whether the table has no file a MERGE pruned at `floor` would read (the whole table without
+    one), from the log's file list: no Spark job. False where deltalake cannot open the table."""
+    try:
+        files = pa.table(deltalake.DeltaTable(uri).get_add_actions(flatten=True))
+    except Exception:  # noqa: BLE001 - storage deltalake cannot reach: let the MERGE decide
+        return False
+    if floor is None or files.num_rows == 0:
+        return files.num_rows == 0
+    column, value = f"partition.{floor[0]}", floor[1]
+    return column in files.column_names and all(day is None or day < value for day in files.column(column).to_pylist())
 
 
 def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
@@ -209,7 +231,9 @@ def _result(entry: dict) -> WriteResult:
     return WriteResult(entry["version"], entry["operation"], metrics)
 
 
-def create_with_change_feed(spark: SparkSession, uri: str, schema: T.StructType, partition_by: Sequence[str]) -> None:
+def create_with_change_feed(
+    spark: SparkSession, uri: str, schema: T.StructType, partition_by: Sequence[str], properties: Mapping[str, str] | None = None
+) -> None:
     """Create an empty table that records its change data feed (idempotent), so the rows a
     MERGE inserted can be read back exactly by version."""
     if deltalake_reads(uri):
@@ -217,7 +241,9 @@ def create_with_change_feed(spark: SparkSession, uri: str, schema: T.StructType,
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
     if partition_by:
         builder = builder.partitionedBy(*partition_by)
-    builder.property("delta.enableChangeDataFeed", "true").execute()
+    for key, value in {**(properties or {}), "delta.enableChangeDataFeed": "true"}.items():
+        builder = builder.property(key, value)
+    builder.execute()
 
 
 def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int | None = None) -> DataFrame:
@@ -245,8 +271,9 @@ def _save(
     overwrite_schema: bool = False,
     user_metadata: str | None = None,
     txn: Txn | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> WriteResult:
-    writer = df.write.format("delta").mode(mode)
+    writer = df.write.format("delta").mode(mode).options(**(properties or {}))  # taken when it creates the table
     if user_metadata:
         writer = writer.option("userMetadata", user_metadata)
     if txn is not None:

@@ -47,12 +47,14 @@ def incremental_asset(
     keys: list[str] | None = None,
     partition_by: list[str] | None = None,
     change_feed: bool = False,
+    stats_columns: list[str] | None = None,
     description: str | None = None,
     group_name: str = INCREMENTAL_GROUP,
 ):
     """Declare an incremental asset from `build(events, limits[, settings]) -> DataFrame` (see module doc)."""
     table = delta_table(
-        write_mode, keys=keys, partition_by=partition_by, progress=Progress.INCREMENTAL.value, change_feed=change_feed
+        write_mode, keys=keys, partition_by=partition_by, progress=Progress.INCREMENTAL.value, change_feed=change_feed,
+        stats_columns=stats_columns,
     )
 
     def decorate(build: Callable[..., DataFrame]):

@@ -12,6 +12,8 @@ from dagster import (
     asset,
     materialize,
 )
+import pyarrow as pa
+from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
@@ -231,3 +233,45 @@ def test_a_write_repeated_with_its_transaction_id_changes_nothing(spark, warehou
     assert delta_tables.table_version(uri) == first.version
     expected = {"merge_insert": 3, "upsert": 3, "append": 4}[mode]
     assert delta_tables.read_table(spark, uri).count() == expected
+
+
+def test_a_merge_with_nothing_stored_in_its_scope_appends_and_the_change_feed_sees_the_rows(spark, warehouse):
+    """What a first backfill does to filtered_events: created empty with its change feed, then
+    written. An append inserts exactly what the MERGE would, without its join."""
+    uri = f"{warehouse}/by_day"
+    schema = "id int, d date"
+    delta_tables.create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["d"])
+    first = spark.createDataFrame([(1, date(2024, 1, 1)), (2, date(2024, 1, 2))], schema)
+    created = delta_tables.write(spark, first, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], merge_floor=("d", date(2024, 1, 1)))
+    assert created.operation == "WRITE" and created.rows_inserted == 2
+    assert sorted(r.id for r in delta_tables.inserted_rows(spark, uri, created.version).collect()) == [1, 2]
+
+    # Stored rows from the floor on: a real MERGE, so the stored key 2 is not inserted again.
+    later = spark.createDataFrame([(2, date(2024, 1, 2)), (3, date(2024, 1, 3))], schema)
+    merged = delta_tables.write(spark, later, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], merge_floor=("d", date(2024, 1, 2)))
+    assert merged.operation == "MERGE" and merged.rows_inserted == 1
+
+    # Nothing stored from the floor on: the MERGE would read no file, so the rows are appended.
+    after_gap = spark.createDataFrame([(4, date(2024, 3, 1))], schema)
+    appended = delta_tables.write(spark, after_gap, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], merge_floor=("d", date(2024, 2, 1)))
+    assert appended.operation == "WRITE" and appended.rows_inserted == 1
+    assert _rows(spark, uri, "id") == [(1,), (2,), (3,), (4,)]
+    assert [r.id for r in delta_tables.inserted_rows(spark, uri, appended.version).collect()] == [4]
+
+
+def test_statistics_are_kept_only_for_the_declared_columns(spark, spark_resource, warehouse):
+    """Delta's per-file statistics cost a third of a write: a table keeps the ones its readers use."""
+
+    @asset(metadata=delta_table("replace", stats_columns=[]))
+    def scratch():
+        return spark.createDataFrame([(1, "a")], "id int, value string")
+
+    @asset(metadata=delta_table("merge_insert", keys=["id"], change_feed=True, stats_columns=["value", "absent"]))
+    def kept():
+        return spark.createDataFrame([(1, "a")], "id int, value string")
+
+    _run(spark_resource, warehouse, [scratch, kept])
+    files = {name: pa.table(DeltaTable(f"{warehouse}/{name}").get_add_actions(flatten=True)) for name in ("scratch", "kept")}
+    assert not [c for c in files["scratch"].column_names if c.startswith(("min.", "max."))]
+    assert [c for c in files["kept"].column_names if c.startswith(("min.", "max."))] == ["min.value", "max.value"]
+    assert files["kept"].column("min.value").to_pylist() == ["a"]

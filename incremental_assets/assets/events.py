@@ -19,6 +19,8 @@ from incremental_assets.settings import IncrementalSettings
     keys=["event_id"],
     partition_by=["event_date"],
     change_feed=True,
+    # Files hold days of events, so time bounds skip files; random event ids and strings would not.
+    stats_columns=["derived_tstamp", "collector_tstamp", "load_tstamp"],
     description="Deduplicated, filtered, session-complete events, partitioned by event_date. Insert-only on "
     "event_id: an event already stored is never duplicated or overwritten; the rows a run inserted (its "
     "change feed) drive the daily layer.",

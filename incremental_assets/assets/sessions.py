@@ -51,14 +51,19 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, ts, limits.lower, limits.upper)
-    classified = T.classify_window(window, quarantined, settings).cache()
+    # Cached narrow: the two passes over it need four columns, not the source's hundred.
+    classified = T.classify_window(window, quarantined, settings).select(T.SESSION, T.USER, ts, "drop_reason").cache()
     drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
     null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days).cache()
-    changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
+    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days)
+    if drops.get(None):
+        changes = changes.cache()
+        changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
+    else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
+        changed = {"n": 0, "first_day": None}
     classified.unpersist()
     metadata = {
         "events_in_window": sum(drops.values()),
@@ -92,7 +97,7 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
             group_name=BASE_GROUP,
             kinds=SPARK_DELTA,
             owners=OWNERS,
-            metadata=delta_table("replace"),
+            metadata=delta_table("replace", stats_columns=[]),  # read whole: statistics would not skip a file
             description="Scratch table, replaced every run: every event of the sessions active in the window, "
             "within each session's cap, deduplicated on event_id (earliest wins). Its metadata says what the "
             "batch found; the incremental assets of the same run consume it.",

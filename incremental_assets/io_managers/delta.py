@@ -76,11 +76,19 @@ def delta_table(
     partition_column: str | None = None,
     progress: str | None = None,
     change_feed: bool = False,
+    stats_columns: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Asset metadata that tells the Delta IO manager how to write the asset."""
+    """Asset metadata that tells the Delta IO manager how to write the asset.
+
+    `stats_columns`: the columns Delta keeps min/max statistics of, for data skipping; [] for none
+    (a table always read whole); None keeps Delta's default (the first 32). Collecting them costs
+    about a third of a write here, so a table gets the ones its readers filter by. Set when the
+    table is created.
+    """
     spec = TableSpec(
         WriteMode(write_mode), tuple(keys or ()), tuple(partition_by or ()), partition_column,
         Progress(progress) if progress else None, change_feed,
+        tuple(stats_columns) if stats_columns is not None else None,
     )
     spec.validate()
     return {METADATA_KEY: spec.as_metadata()}
@@ -94,6 +102,16 @@ class TableSpec:
     partition_column: str | None = None
     progress: Progress | None = None
     change_feed: bool = False  # record the change data feed (the rows each MERGE inserted)
+    stats_columns: tuple[str, ...] | None = None  # min/max statistics kept for data skipping
+
+    def table_properties(self, columns: list[str]) -> dict[str, str]:
+        """Delta table properties for a table of `columns` (a stats column the data lacks is left out)."""
+        if self.stats_columns is None:
+            return {}
+        kept = [column for column in self.stats_columns if column in columns]
+        if not kept:
+            return {"delta.dataSkippingNumIndexedCols": "0"}
+        return {"delta.dataSkippingStatsColumns": ",".join(kept)}
 
     def validate(self) -> None:
         if self.write_mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT) and not self.keys:
@@ -111,6 +129,7 @@ class TableSpec:
             "partition_column": self.partition_column,
             "progress": self.progress.value if self.progress else None,
             "change_feed": self.change_feed,
+            "stats_columns": list(self.stats_columns) if self.stats_columns is not None else None,
         }
 
     @classmethod
@@ -126,6 +145,7 @@ class TableSpec:
             raw.get("partition_column"),
             Progress(raw["progress"]) if raw.get("progress") else None,
             bool(raw.get("change_feed")),
+            tuple(raw["stats_columns"]) if raw.get("stats_columns") is not None else None,
         )
 
 
@@ -184,13 +204,13 @@ class DeltaIOManager(ConfigurableIOManager):
         spark = frame.sparkSession
         window = self._output_window(context, spec, uri)
         if spec.change_feed:
-            delta_tables.create_with_change_feed(spark, uri, frame.schema, spec.partition_by)
+            delta_tables.create_with_change_feed(spark, uri, frame.schema, spec.partition_by, spec.table_properties(frame.columns))
         floor = _value(context.output_metadata.get(MERGE_TARGET_FLOOR))
         merge_floor = (spec.partition_by[0], date.fromisoformat(floor)) if floor and spec.partition_by else None
         txn = self._txn(context)
         result = delta_tables.write(
             spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn,
-            known_empty=known_empty,
+            known_empty=known_empty, properties=spec.table_properties(frame.columns),
         )
         if frame.is_cached:  # cached by its asset for the stats it computed; written now
             frame.unpersist()

@@ -303,3 +303,24 @@ def test_next_batch_writes_nothing_and_continues_from_the_recorded_marker(spark,
     frame, loaded_until = next_batch(spark, uri, hours=3, params=SampleParams(seed=9))
     assert loaded_until == params.start + timedelta(hours=13)
     assert frame.count() == len(window(params, 10, 13)) > 0
+
+
+def test_a_big_new_stream_is_written_in_parts_that_add_up_to_the_same_rows(spark, warehouse, monkeypatch):
+    """Millions of generated rows at once exhaust the driver's heap: they are written a part at a time."""
+    from deltalake import DeltaTable
+
+    from incremental_assets.sample import stream
+    from incremental_assets.sample.stream import generate_stream, read_stream_state
+
+    params = SampleParams(users=10, days=2, events_per_day=240, start_date=date(2024, 3, 1), seed=5)
+    monkeypatch.setattr(stream, "_ROWS_PER_WRITE", 100)  # 10 hours of ~10 events an hour per part
+    uri = f"{warehouse}/atomic_events"
+    written = generate_stream(spark, uri, params, hours=30)
+    expected = generate_table(params, datetime(2024, 3, 1), datetime(2024, 3, 2, 6))
+    stored = spark.read.format("delta").load(uri)
+    assert written == expected.num_rows == stored.count()
+    assert sorted(r.event_id or "" for r in stored.select("event_id").collect()) == sorted(
+        e or "" for e in expected.column("event_id").to_pylist()
+    )
+    assert len(DeltaTable(uri).history()) == 3  # hours 0-9, 10-19, 20-29
+    assert read_stream_state(uri)[1] == datetime(2024, 3, 2, 6)

@@ -27,12 +27,23 @@ STREAM_SCHEMA = T.StructType([*SAMPLE_SCHEMA.fields, T.StructField(LOAD_DATE, T.
 # 10k rows (spark.sql.execution.arrow.maxRecordsPerBatch): coalesced to one per this many rows, a
 # day's rows (in load order) land in one or two files.
 _ROWS_PER_PARTITION = 500_000
+_ROWS_PER_WRITE = 500_000  # at most about this many rows per commit of a new stream
 
 
 def generate_stream(spark: SparkSession, table_uri: str, params: SampleParams, hours: int | None = None) -> int:
-    """Start a new stream: the first `hours` (default: all its days) hourly load batches; replaces the table."""
-    frame, loaded_until = _batch(spark, params, params.start, params.days * 24 if hours is None else hours)
-    return write_events(spark, frame, table_uri, "replace", user_metadata=_marker(params, loaded_until))
+    """Start a new stream: the first `hours` (default: all its days) hourly load batches; replaces the table.
+
+    Written a few hundred thousand rows at a time: the rows of a DataFrame made from local Arrow
+    data travel inside its tasks, and millions at once exhaust the driver's heap. The stream is the
+    same whatever the cut points (its window-consistency property)."""
+    total = _checked_hours(params.days * 24 if hours is None else hours)
+    step = max(1, _ROWS_PER_WRITE * 24 // max(1, params.events_per_day))
+    written = 0
+    for first in range(0, total, step):
+        frame, loaded_until = _batch(spark, params, params.start + timedelta(hours=first), min(step, total - first))
+        mode = "replace" if first == 0 else "append"
+        written += write_events(spark, frame, table_uri, mode, user_metadata=_marker(params, loaded_until))
+    return written
 
 
 def append_hours(spark: SparkSession, table_uri: str, hours: int) -> int:
@@ -81,10 +92,14 @@ def events_frame(spark: SparkSession, rows: list[tuple]) -> DataFrame:
     return spark.createDataFrame(utc_rows, STREAM_SCHEMA)
 
 
-def _batch(spark: SparkSession, params: SampleParams, start: datetime, hours: int) -> tuple[DataFrame, datetime]:
+def _checked_hours(hours: int) -> int:
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise ValueError(f"hours must be an integer >= 1, got {hours!r}")
-    until = start + timedelta(hours=hours)
+    return hours
+
+
+def _batch(spark: SparkSession, params: SampleParams, start: datetime, hours: int) -> tuple[DataFrame, datetime]:
+    until = start + timedelta(hours=_checked_hours(hours))
     # From Arrow columns, not Python rows; unlike a temporary Parquet file (as fast), it needs no
     # clean-up after the lazy DataFrame is used, and it works over Spark Connect.
     table = generate_table(params, start, until)

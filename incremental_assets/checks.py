@@ -1,9 +1,47 @@
-"""Asset checks that read the small manifest tables without a JVM."""
+"""Asset checks (SPEC §8): the shared rule of how a check reads, and the late-events warning.
 
-from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+A check reads what the latest write of its asset could have changed (the rows that commit
+inserted, or the days from its MERGE floor on), never the whole history, and passes without
+reading when that write changed nothing: a quiet hour costs no Spark job. The checks themselves
+are declared beside their assets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
+from pyspark.sql import DataFrame
 
 from incremental_assets.logic.days import stranded
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
+
+EXAMPLES = 10  # offending rows shown in a failed check's metadata
+
+
+def latest_write(context: AssetCheckExecutionContext, asset: str) -> dict[str, Any] | None:
+    """The metadata of the asset's latest materialization, if it wrote rows; None otherwise."""
+    event = context.instance.get_latest_materialization_event(AssetKey(asset))
+    if event is None:
+        return None
+    metadata = {key: value.value for key, value in event.asset_materialization.metadata.items()}
+    changed = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0)
+    return metadata if changed and metadata.get("delta_version") is not None else None
+
+
+def nothing_written(check_name: str | None = None) -> AssetCheckResult:
+    return AssetCheckResult(passed=True, check_name=check_name, metadata={"checked": "nothing: the latest write changed no row"})
+
+
+def from_offending_rows(offending: DataFrame, what: str, scope: str, check_name: str | None = None) -> AssetCheckResult:
+    """Pass when `offending` is empty; otherwise fail and show the first rows found."""
+    found = [{key: str(value) for key, value in row.asDict().items()} for row in offending.limit(EXAMPLES).collect()]
+    return AssetCheckResult(
+        passed=not found,
+        check_name=check_name,
+        metadata={"checked": scope, "examples": MetadataValue.json(found)},
+        description=f"{what}: {len(found)}{'+' if len(found) == EXAMPLES else ''} found, e.g. {found[0]}" if found else None,
+    )
 
 
 @asset_check(

@@ -6,13 +6,24 @@ JVM instead of one per step (see README, "Measured").
 
 from dagster import Definitions, in_process_executor
 
-from incremental_assets.assets.daily import attributes, build_daily_assets, daily_aggregation_manifest
-from incremental_assets.assets.events import filtered_events
+from incremental_assets.assets.daily import (
+    attributes,
+    build_daily_assets,
+    daily_aggregation_manifest,
+    one_row_per_attribute_key,
+)
+from incremental_assets.assets.events import filtered_events, filtered_events_checks
 from incremental_assets.assets.limits import new_event_limits
 from incremental_assets.assets.sample import atomic_events
-from incremental_assets.assets.sessions import session_batch, sessions, sessions_lifecycle_manifest
+from incremental_assets.assets.sessions import (
+    session_batch,
+    sessions,
+    sessions_lifecycle_manifest,
+    sessions_unique_and_within_cap,
+)
 from incremental_assets.assets.source import source_load_summary
 from incremental_assets.checks import late_events_stranded_beyond_horizon
+from incremental_assets.freshness import freshness_checks, freshness_sensor
 from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
 from incremental_assets.logs import cli_logger
@@ -34,12 +45,19 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
     settings = settings or load_settings()
     spark, manifest = SparkResource(), ManifestResource()
     daily = [daily_aggregation_manifest, build_daily_assets(settings.start), attributes]
+    fresh = freshness_checks(settings)
     return Definitions(
         assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
         jobs=[incremental_job, daily_job, sample_load_job],
         schedules=[hourly_incremental_schedule],
-        sensors=[source_events_sensor, daily_partitions_sensor],
-        asset_checks=[late_events_stranded_beyond_horizon],
+        sensors=[source_events_sensor, daily_partitions_sensor, freshness_sensor(fresh)],
+        asset_checks=[
+            sessions_unique_and_within_cap,
+            filtered_events_checks,
+            late_events_stranded_beyond_horizon,
+            one_row_per_attribute_key,
+            *fresh,
+        ],
         resources={
             "spark": spark,
             "io_manager": DeltaIOManager(spark=spark, manifest=manifest),

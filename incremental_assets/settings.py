@@ -89,6 +89,12 @@ class IncrementalSettings(ConfigurableResource):
     attributes: list[AttributeConfig] = Field(
         default_factory=lambda: [AttributeConfig(**a) for a in SAMPLE_ATTRIBUTES], description="Declared attributes"
     )
+    filtered_events_fresh_hours: float = Field(
+        default=3, description="filtered_events shows stale (red) when not updated for this many hours (> 0)"
+    )
+    daily_aggregates_fresh_hours: float = Field(
+        default=30, description="daily_aggregates shows stale (red) when not updated for this many hours (> 0)"
+    )
     attributes_reference_date: str | None = Field(
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
     )
@@ -126,6 +132,9 @@ class IncrementalSettings(ConfigurableResource):
             if value < minimum:
                 kind = "a number" if name == "lookback_window_hours" else "an integer"
                 problems.append(f"{name} must be {kind} >= {minimum} (got {value})")
+        for name in ("filtered_events_fresh_hours", "daily_aggregates_fresh_hours"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be a number of hours > 0 (got {getattr(self, name)})")
         if self.session_timestamp not in SESSION_TIMESTAMPS:
             problems.append(f"session_timestamp must be one of {', '.join(SESSION_TIMESTAMPS)} (got {self.session_timestamp!r})")
         for name in ("session_identifiers", "user_identifiers"):

@@ -1,12 +1,25 @@
-"""The stranded-late-events check warns, and only when days wait beyond the horizon."""
+"""The asset checks: what each looks for on hand-made rows, what it reads on real Delta tables,
+and the stranded-late-events warning."""
 
-from datetime import date
+from datetime import date, datetime, timedelta
 
-from dagster import AssetCheckSeverity
+import pytest
+from dagster import AssetCheckSeverity, AssetMaterialization, DagsterInstance, asset, build_op_context, materialize
 
+from incremental_assets import delta_tables
+from incremental_assets.assets.events import filtered_events_checks
+from incremental_assets.assets.sessions import sessions_unique_and_within_cap
 from incremental_assets.checks import late_events_stranded_beyond_horizon
+from incremental_assets.delta_tables import WriteMode
+from incremental_assets.freshness import freshness_checks
+from incremental_assets.names import DAILY_AGGREGATES, FILTERED_EVENTS
+from incremental_assets.names import LIFECYCLE as LIFECYCLE_NAME
+from incremental_assets.settings import IncrementalSettings
+from incremental_assets.transforms import sessions as T
 from incremental_assets.logic.days import BEYOND_HORIZON, PROCESSED, DayStatus
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.transforms import checks as C
+from tests.test_transforms import LIFECYCLE, frame
 
 
 def test_stranded_late_events_warn(spark, warehouse):
@@ -19,3 +32,136 @@ def test_stranded_late_events_warn(spark, warehouse):
     assert not result.passed and result.severity == AssetCheckSeverity.WARN
     assert result.metadata["pending_late_events"].value == 7
     assert manifest.consumed_version() == 1
+
+
+# What the blocking checks look for, on hand-made rows (max_session_days 3; times in January 2021).
+
+def _t(text: str) -> datetime:
+    return datetime.fromisoformat(f"2021-01-{text}")
+
+
+def test_duplicated_names_each_key_held_twice(spark):
+    rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
+    assert sorted(tuple(r) for r in C.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
+
+
+def test_lifecycle_violations_find_each_broken_rule(spark):
+    lifecycle = frame(spark, LIFECYCLE, [
+        ("ok", "u", _t("01 00:00"), _t("04 00:00")),       # end exactly at start + 3 days: allowed
+        ("twice", "u", _t("01 00:00"), _t("01 01:00")),
+        ("twice", "u", _t("01 00:00"), _t("01 02:00")),
+        ("backwards", "u", _t("02 00:00"), _t("01 23:00")),
+        ("too_long", "u", _t("01 00:00"), _t("04 00:00:01")),  # a second past the cap
+        ("no_end", "u", _t("01 00:00"), None),
+    ])
+    found = {(r.session_identifier, r.problem) for r in C.lifecycle_violations(lifecycle, 3).collect()}
+    assert found == {
+        ("twice", "stored more than once"), ("backwards", "start after end"),
+        ("too_long", "end beyond start + max_session_days"), ("no_end", "missing start or end"),
+    }
+
+
+def test_events_beyond_cap_are_outside_their_session_span(spark):
+    lifecycle = frame(spark, LIFECYCLE, [("S1", "u", _t("01 00:00"), _t("03 00:00"))])
+    events = frame(spark, "event_id string, session_identifier string, load_tstamp timestamp", [
+        ("start", "S1", _t("01 00:00")), ("at_cap", "S1", _t("04 00:00")),
+        ("past_cap", "S1", _t("04 00:00:01")), ("before_start", "S1", _t("01 00:00") - timedelta(seconds=1)),
+        ("orphan", "S9", _t("02 00:00")),
+    ])
+    assert {r.event_id for r in C.events_beyond_cap(events, lifecycle, "load_tstamp", 3).collect()} == {
+        "past_cap", "before_start", "orphan"
+    }
+
+
+def test_daily_mismatches_compare_each_day_both_ways(spark):
+    aggregates = spark.createDataFrame(
+        [("k1", date(2021, 1, 1), 2), ("k2", date(2021, 1, 1), 1), ("k1", date(2021, 1, 2), 5), ("k1", date(2021, 1, 4), 1)],
+        "attribute_key string, event_date date, events long",
+    )
+    # Day 1: 3 aggregated, 3 stored (agrees); day 2: 5 vs 4; day 3: none aggregated, 1 stored; day 4: 1 vs none.
+    stored = [date(2021, 1, 1)] * 3 + [date(2021, 1, 2)] * 4 + [date(2021, 1, 3)]
+    events = spark.createDataFrame([(f"e{i}", d) for i, d in enumerate(stored)], "event_id string, event_date date")
+    found = sorted(tuple(r) for r in C.daily_mismatches(aggregates, events).select("event_date", "aggregated", "filtered_events").collect())
+    assert found == [(date(2021, 1, 2), 5, 4), (date(2021, 1, 3), 0, 1), (date(2021, 1, 4), 1, 0)]
+
+
+# The checks on real Delta tables: they read what the latest write changed, and fail on a planted fault.
+
+def _materialized(instance, asset: str, **metadata) -> None:
+    instance.report_runless_asset_event(AssetMaterialization(asset, metadata=metadata))
+
+
+def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_duplicate_and_an_uncapped_event(
+    spark, spark_resource, warehouse
+):
+    """Session S1 starts on 1 March at 00:00 (max_session_days 3); events e1, e2 are inside it."""
+    uri = f"{warehouse}/filtered_events"
+    schema = "event_id string, session_identifier string, load_tstamp timestamp, event_date date"
+    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 2), date(2024, 3, 1))])
+    delta_tables.write(spark, lifecycle, f"{warehouse}/{LIFECYCLE_NAME}", WriteMode.UPSERT, [T.SESSION], ["start_date"])
+    delta_tables.create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["event_date"])
+    old = frame(spark, schema, [("e1", "S1", datetime(2024, 3, 1, 1), date(2024, 3, 1)), ("e2", "S1", datetime(2024, 3, 1, 2), date(2024, 3, 1))])
+    first = delta_tables.write(spark, old, uri, WriteMode.MERGE_INSERT, ["event_id"], ["event_date"])
+    instance = DagsterInstance.ephemeral()
+    context = build_op_context(instance=instance)
+    assert all(r.passed for r in _checked(context, spark_resource).values())  # nothing materialized yet: nothing read
+
+    _materialized(instance, FILTERED_EVENTS, rows_inserted=2, delta_version=first.version, **{"dagster/uri": uri})
+    assert all(r.passed for r in _checked(context, spark_resource).values())
+
+    # Another writer appends a second copy of e2 and an event of S1 a second past its cap (plain
+    # Spark, no MERGE): the next checks catch both, and name them.
+    foreign_rows = [("e2", "S1", datetime(2024, 3, 2), date(2024, 3, 2)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4))]
+    foreign = delta_tables.write(spark, frame(spark, schema, foreign_rows), uri, WriteMode.APPEND, partition_by=["event_date"])
+    _materialized(
+        instance, FILTERED_EVENTS, rows_inserted=2, delta_version=foreign.version, merge_target_floor="2024-02-01",
+        **{"dagster/uri": uri},
+    )
+    results = _checked(context, spark_resource)
+    unique, capped = results["event_id_unique"], results["events_within_session_cap"]
+    assert not unique.passed and unique.metadata["examples"].value == [{"event_id": "e2", "count": "2"}]
+    assert not capped.passed and [e["event_id"] for e in capped.metadata["examples"].value] == ["e3"]
+
+    # A write that changed nothing passes without reading (the quiet hour's cost).
+    _materialized(instance, FILTERED_EVENTS, rows_inserted=0, delta_version=foreign.version, **{"dagster/uri": uri})
+    assert all(r.metadata["checked"].value.startswith("nothing") for r in _checked(context, spark_resource).values())
+
+
+def _checked(context, spark_resource) -> dict:
+    results = filtered_events_checks(context, spark=spark_resource, settings=IncrementalSettings(session_timestamp="load_tstamp"))
+    return {result.check_name: result for result in results}
+
+
+def test_lifecycle_check_reads_from_the_write_floor_on(spark, spark_resource, warehouse):
+    uri = f"{warehouse}/sessions_lifecycle_manifest"
+    rows = frame(spark, LIFECYCLE + ", start_date date", [
+        ("old_bad", "u", _t("01 00:00"), _t("09 00:00"), date(2021, 1, 1)),   # before the floor: not read
+        ("new_bad", "u", _t("10 00:00"), _t("09 00:00"), date(2021, 1, 10)),
+    ])
+    written = delta_tables.write(spark, rows, uri, WriteMode.UPSERT, [T.SESSION], ["start_date"])
+    instance = DagsterInstance.ephemeral()
+    _materialized(
+        instance, LIFECYCLE_NAME, rows_inserted=2, delta_version=written.version, merge_target_floor="2021-01-05",
+        **{"dagster/uri": uri},
+    )
+    result = sessions_unique_and_within_cap(build_op_context(instance=instance), spark=spark_resource, settings=IncrementalSettings())
+    assert not result.passed
+    assert [e["session_identifier"] for e in result.metadata["examples"].value] == ["new_bad"]
+
+
+@pytest.mark.parametrize("hours, fresh", [(1.0, True), (1e-9, False)])
+def test_freshness_checks_take_their_thresholds_from_the_settings(hours, fresh):
+    """Just materialized: fresh within an hour, stale with a threshold of a few microseconds."""
+
+    @asset(name=FILTERED_EVENTS)
+    def stub_events():
+        return 1
+
+    @asset(name=DAILY_AGGREGATES)
+    def stub_daily():
+        return 1
+
+    settings = IncrementalSettings(filtered_events_fresh_hours=hours, daily_aggregates_fresh_hours=hours)
+    result = materialize([stub_events, stub_daily, *freshness_checks(settings)], instance=DagsterInstance.ephemeral())
+    evaluations = {e.asset_key.path[-1]: e.passed for e in result.get_asset_check_evaluations()}
+    assert evaluations == {FILTERED_EVENTS: fresh, DAILY_AGGREGATES: fresh}

@@ -4,6 +4,9 @@ import warnings
 from datetime import date, timedelta
 
 from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetIn,
     BackfillPolicy,
@@ -12,12 +15,15 @@ from dagster import (
     MaterializeResult,
     MetadataValue,
     Output,
+    asset_check,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
 from incremental_assets.assets import spark_delta_asset
+from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.environment import table_uri
 from incremental_assets.io_managers.delta import EVENTS_PER_DAY, delta_table, partition_window
 from incremental_assets.logic.days import (
     BEYOND_HORIZON,
@@ -32,7 +38,10 @@ from incremental_assets.names import DAILY_AGGREGATES, DAILY_GROUP, FILTERED_EVE
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.transforms import checks as C
 from incremental_assets.transforms.daily import attributes_from_daily, daily_partials, day_arrivals
+
+RECONCILES = "reconciles_with_filtered_events"
 
 
 def manifest_table(days: list[DayStatus]) -> MetadataValue:
@@ -78,6 +87,7 @@ def daily_aggregation_manifest(
         status: sorted(str(d.event_date) for d in changed.values() if d.status == status)
         for status in (TO_PROCESS, DEFERRED, BEYOND_HORIZON)
     }
+    waiting = {status: sum(d.pending_late_events for d in changed.values() if d.status == status) for status in (DEFERRED, BEYOND_HORIZON)}
     return MaterializeResult(
         metadata={
             "days_changed": len(changed),
@@ -85,6 +95,8 @@ def daily_aggregation_manifest(
             "days_deferred": MetadataValue.json(by_status[DEFERRED]),
             "days_beyond_horizon": MetadataValue.json(by_status[BEYOND_HORIZON]),
             "new_rows_counted": sum(a.rows for a in arrivals),
+            "late_events_deferred": waiting[DEFERRED],
+            "late_events_beyond_horizon": waiting[BEYOND_HORIZON],
             "filtered_events_version": current,
             "manifest": manifest_table(list(manifest.days().values())),
         }
@@ -107,26 +119,39 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         group_name=DAILY_GROUP,
         partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(),
+        check_specs=[
+            AssetCheckSpec(
+                RECONCILES,
+                asset=DAILY_AGGREGATES,
+                blocking=True,
+                description="Each day of the run's partitions aggregates exactly the events filtered_events holds "
+                "for it; checked with every partition or range, on those days only.",
+            )
+        ],
         metadata=delta_table(
             "replace_partition", partition_by=["event_date"], partition_column="event_date", progress="daily"
         ),
         description="One row per (attribute_key, event_date) with an exact per-day partial of every declared "
         "attribute. A partition is always recomputed whole from filtered_events (replaceWhere on its days).",
     )
-    def daily_aggregates(
-        context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings
-    ) -> Output:
+    def daily_aggregates(context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings):
         window = partition_window("event_date", context.partition_time_window)
         day_events = filtered_events.where(window.condition(filtered_events.schema["event_date"].dataType))
         partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()
         per_day = partials.groupBy("event_date").agg(F.sum("events").alias("events")).collect()
-        return Output(
+        yield Output(
             partials,
             metadata={
                 EVENTS_PER_DAY: MetadataValue.json({r.event_date.isoformat(): r.events for r in per_day}),
                 "days_with_events": len(per_day),
             },
         )
+        # The IO manager has written the window: reconcile what is stored for those days.
+        stored = delta_tables.read_table(filtered_events.sparkSession, table_uri(DAILY_AGGREGATES))
+        stored = stored.where(window.condition(stored.schema["event_date"].dataType))
+        mismatches = C.daily_mismatches(stored, day_events)
+        scope = f"event_date in [{window.start.date()}, {window.end.date()})"
+        yield from_offending_rows(mismatches, "days whose aggregates disagree with filtered_events", scope)
 
     return daily_aggregates
 
@@ -140,6 +165,15 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 )
 def attributes(daily: DataFrame, settings: IncrementalSettings) -> DataFrame:
     return attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day())
+
+
+@asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")
+def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkResource) -> AssetCheckResult:
+    write = latest_write(context, "attributes")
+    if write is None:
+        return nothing_written()
+    keys = delta_tables.read_table(spark.spark_session, write["dagster/uri"]).select("attribute_key")
+    return from_offending_rows(C.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
 
 
 def requested_day_ranges(days: dict[date, DayStatus]) -> list[tuple[date, date]]:

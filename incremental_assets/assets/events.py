@@ -1,16 +1,22 @@
 """filtered_events (SPEC §6): the persistent, deduplicated, session-complete event table."""
 
-from datetime import timedelta
+from datetime import date, timedelta
+from typing import Iterator
 
-from dagster import Output
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSpec, Output, multi_asset_check
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from incremental_assets import delta_tables
+from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.environment import table_uri
 from incremental_assets.incremental import incremental_asset
 from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR
 from incremental_assets.logic.limits import RunLimits
-from incremental_assets.names import FILTERED_EVENTS
+from incremental_assets.names import FILTERED_EVENTS, LIFECYCLE
+from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.transforms import checks as C
 
 
 @incremental_asset(
@@ -49,3 +55,46 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     floor = counts["first_day"] - timedelta(days=settings.upsert_lookback_days)
     rows = events.where(kept).withColumn("event_date", F.to_date("derived_tstamp"))
     return Output(rows, metadata={**metadata, MERGE_TARGET_FLOOR: floor.isoformat()})
+
+
+EVENT_ID_UNIQUE = AssetCheckSpec(
+    "event_id_unique",
+    asset=FILTERED_EVENTS,
+    blocking=True,
+    description="No event stored twice: every event_id the latest write inserted is the only row with that id "
+    "from its MERGE floor on (the days within upsert_lookback_days, where a stored copy would lie).",
+)
+WITHIN_SESSION_CAP = AssetCheckSpec(
+    "events_within_session_cap",
+    asset=FILTERED_EVENTS,
+    blocking=True,
+    description="No event beyond its session's cap: each event the latest write inserted lies within "
+    "[start, start + max_session_days] of its session in the lifecycle manifest.",
+)
+
+
+@multi_asset_check(specs=[EVENT_ID_UNIQUE, WITHIN_SESSION_CAP], name="filtered_events_checks")
+def filtered_events_checks(
+    context: AssetCheckExecutionContext, spark: SparkResource, settings: IncrementalSettings
+) -> Iterator[AssetCheckResult]:
+    """Both checks read the rows the latest write inserted (its change feed) once."""
+    write = latest_write(context, FILTERED_EVENTS)
+    if write is None:
+        yield from (nothing_written(spec.name) for spec in (EVENT_ID_UNIQUE, WITHIN_SESSION_CAP))
+        return
+    session, uri, floor, version = spark.spark_session, write["dagster/uri"], write.get(MERGE_TARGET_FLOOR), write["delta_version"]
+    ts = settings.session_timestamp
+    inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts).cache()
+
+    stored = delta_tables.read_table(session, uri)
+    if floor:
+        stored = stored.where(F.col("event_date") >= F.lit(date.fromisoformat(floor)))
+    ids = stored.select("event_id").join(inserted.select("event_id"), "event_id", "left_semi")
+    scope = f"ids inserted by version {version}, against event_date >= {floor or 'any'}"
+    yield from_offending_rows(C.duplicated(ids, ["event_id"]), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
+
+    lifecycle = delta_tables.read_table(session, table_uri(LIFECYCLE))
+    beyond = C.events_beyond_cap(inserted, lifecycle, ts, settings.max_session_days)
+    scope = f"rows inserted by version {version}"
+    yield from_offending_rows(beyond, "events outside their session's span", scope, WITHIN_SESSION_CAP.name)
+    inserted.unpersist()

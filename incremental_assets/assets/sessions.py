@@ -3,14 +3,24 @@
 Each asset returns its rows; the Delta IO manager writes them in the mode the asset declares.
 """
 
-from datetime import timedelta
+from datetime import date, timedelta
 
-from dagster import AssetExecutionContext, AssetIn, AssetOut, Output, multi_asset
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetIn,
+    AssetOut,
+    Output,
+    asset_check,
+    multi_asset,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
 from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
+from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.environment import source_table_uri, table_uri
 from incremental_assets.incremental import incremental_asset
 from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, delta_table
@@ -19,6 +29,7 @@ from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.run_state import RunBatch
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
@@ -79,6 +90,26 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
         # A change starts no later than the stored row it updates: the MERGE reads from its first day on.
         metadata[MERGE_TARGET_FLOOR] = changed["first_day"].isoformat()
     return Output(changes, metadata=metadata)
+
+
+@asset_check(
+    asset=LIFECYCLE,
+    blocking=True,
+    description="Each session stored once, with start <= end <= start + max_session_days; reads the rows "
+    "from the latest write's first changed day on. Blocks the batch, which would follow wrong bounds.",
+)
+def sessions_unique_and_within_cap(
+    context: AssetCheckExecutionContext, spark: SparkResource, settings: IncrementalSettings
+) -> AssetCheckResult:
+    write = latest_write(context, LIFECYCLE)
+    if write is None:
+        return nothing_written()
+    lifecycle = delta_tables.read_table(spark.spark_session, write["dagster/uri"])
+    floor = write.get(MERGE_TARGET_FLOOR)
+    if floor:
+        lifecycle = lifecycle.where(F.col("start_date") >= F.lit(date.fromisoformat(floor)))
+    violations = C.lifecycle_violations(lifecycle, settings.max_session_days)
+    return from_offending_rows(violations, "lifecycle rows breaking a rule", f"start_date >= {floor or 'any'}")
 
 
 @multi_asset(

@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--end", required=True, type=date.fromisoformat, help="last day, inclusive")
     backfill.set_defaults(command=_backfill)
 
+    resolve = commands.add_parser("resolve", help="mark a failed run's run_log records Resolved (no JVM)")
+    resolve.add_argument("run_id")
+    resolve.set_defaults(command=_resolve)
     show = commands.add_parser("show", help="print a table of the warehouse (no JVM)")
     show.add_argument("table")
     show.add_argument("--limit", type=int, default=20)
@@ -120,9 +123,9 @@ def _run(args) -> int:
         summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
         print(summaries[0].describe())
     print(f"Dagster's event stream: {run_log_file()}")
-    failed = [s.run_id for s in summaries if not s.success]
+    failed = [s for s in summaries if not s.success]
     if failed:
-        print(f"error: run {failed[0]} failed; see it in the Dagster UI (make ui)", file=sys.stderr)
+        print(f"error: run {failed[0].run_id} failed: {failed[0].error or 'see the Dagster UI (make ui)'}", file=sys.stderr)
         return 1
     return 0
 
@@ -188,6 +191,17 @@ def _load(args) -> None:
     uri = environment.source_table_uri()
     rows = load_file(_spark(), args.file, uri, mode=args.mode)
     print(f"Loaded {rows} rows from {args.file} into {uri} ({args.mode})")
+
+
+def _resolve(args) -> int:
+    from incremental_assets.resources.manifests import ManifestResource
+
+    resolved = ManifestResource().resolve(args.run_id)
+    if not resolved:
+        print(f"error: run {args.run_id} has no Failed record left to resolve (see: incremental-assets show run_log)", file=sys.stderr)
+        return 1
+    print(f"Run {args.run_id}: {resolved} Failed record(s) marked Resolved")
+    return 0
 
 
 def _show(args) -> None:

@@ -5,20 +5,28 @@ from dagster import AssetSelection, define_asset_job
 from incremental_assets.assets.sample import atomic_events
 from incremental_assets.names import BASE_GROUP, DAILY_AGGREGATES, DAILY_JOB, INCREMENTAL_GROUP, INCREMENTAL_JOB
 from incremental_assets.resources.manifests import DAILY_MANIFEST
+from incremental_assets.run_log import record_failed, record_processed
 
-# Runs of the incremental job queue behind each other (dagster.yaml limits this tag to 1).
-INCREMENTAL_RUN_TAGS = {"incremental_assets/run": "incremental"}
+# The run log records each asset's outcome when its step ends (the lease is taken at the first write).
+RUN_LOG_HOOKS = {record_processed, record_failed}
+# Incremental and daily runs both write the daily aggregation manifest (and the daily layer reads
+# what incremental runs merge): they queue behind each other, one at a time (dagster.yaml limits
+# this tag to 1). Outside Dagster, the run log's lease refuses a second incremental writer.
+WAREHOUSE_WRITER_TAGS = {"incremental_assets/writes": "warehouse"}
 
 incremental_job = define_asset_job(
     INCREMENTAL_JOB,
     selection=AssetSelection.groups(BASE_GROUP, INCREMENTAL_GROUP) | AssetSelection.assets(DAILY_MANIFEST),
-    tags=INCREMENTAL_RUN_TAGS,
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks=RUN_LOG_HOOKS,
     description="One incremental run: limits, session layer, events this run, then the incremental assets.",
 )
 
 daily_job = define_asset_job(
     DAILY_JOB,
     selection=AssetSelection.assets(DAILY_AGGREGATES, "attributes"),
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks=RUN_LOG_HOOKS,
     description="Recompute daily_aggregates for a range of days (one run, one Spark session), then attributes.",
 )
 

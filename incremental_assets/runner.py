@@ -40,6 +40,7 @@ class RunSummary:
     daily_runs: list["RunSummary"] = field(default_factory=list)
     days: list[str] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # the first failed step's error
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -93,12 +94,22 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
     result = build_definitions(settings).resolve_job_def(job_name).execute_in_process(
         run_config=config, instance=instance, raise_on_error=False, tags=tags
     )
+    if not result.success:  # steps skipped after a failure have no hook to close their records
+        ManifestResource().close_open(result.run_id, "the run failed before this asset was written")
     metadata = {}
     for event in result.get_asset_materialization_events():
         values = {k: v.value for k, v in event.materialization.metadata.items()}
         metadata.setdefault(event.asset_key.path[-1], {}).update(values)
     steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
-    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps)
+    errors = [_root_cause(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps, error=errors[0] if errors else None)
+
+
+def _root_cause(error) -> str:
+    """The message of what went wrong, under Dagster's wrapping ("Error occurred while handling output...")."""
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip()
 
 
 def run_incremental(

@@ -55,3 +55,47 @@ def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
     ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]
     assert len({r.run_key for r in requests}) == 2 and all(r.run_key.endswith("manifest-v0") for r in requests)
+
+
+def test_source_sensor_waits_while_an_incremental_run_is_in_flight_then_requests_the_newest_load(spark, warehouse):
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.environment import source_table_uri
+    from incremental_assets.sensors import source_events_sensor
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+    first = build_sensor_context(instance=instance)
+    assert source_events_sensor(first).run_key == "source-version-0"
+
+    # Two more loads land while the requested run is in flight: no request, and the cursor waits.
+    run = instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="in-flight", status=DagsterRunStatus.STARTED))
+    for _ in range(2):
+        spark.range(1).write.format("delta").mode("append").save(source_table_uri())
+    busy = build_sensor_context(instance=instance, cursor=first.cursor)
+    skipped = source_events_sensor(busy)
+    assert isinstance(skipped, SkipReason) and "in-flight" in skipped.skip_message and busy.cursor == "0"
+
+    # Once it finished: one request for the newest version, which covers both loads.
+    instance.handle_run_event(run.run_id, _run_success(run))
+    after = build_sensor_context(instance=instance, cursor=busy.cursor)
+    request = source_events_sensor(after)
+    assert isinstance(request, RunRequest) and request.run_key == "source-version-2" and after.cursor == "2"
+
+
+def _run_success(run):
+    from dagster import DagsterEvent, DagsterEventType
+
+    return DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name)
+
+
+def test_incremental_and_daily_runs_queue_behind_each_other():
+    """Both jobs write the daily manifest: dagster.yaml lets one run with their shared tag at a time."""
+    import yaml
+
+    from incremental_assets.environment import PROJECT_ROOT
+    from incremental_assets.names import DAILY_JOB
+
+    limits = yaml.safe_load((PROJECT_ROOT / "dagster.yaml").read_text())["run_queue"]["tag_concurrency_limits"]
+    [(key, value)] = defs.resolve_job_def(INCREMENTAL_JOB).tags.items() & defs.resolve_job_def(DAILY_JOB).tags.items()
+    assert {"key": key, "value": value, "limit": 1} in limits

@@ -23,7 +23,7 @@ incremental asset's manifest row (`progress=incremental`), or the days a daily r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from enum import Enum
 from typing import Any, Mapping
 
@@ -49,6 +49,8 @@ from incremental_assets.logic.limits import Cursor, RunLimits
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
+from incremental_assets.utc import utcnow
+from incremental_assets.run_log import as_markdown, take_lease
 from incremental_assets.run_state import (
     RunBatch,
     batch_metadata,
@@ -171,6 +173,11 @@ class DeltaIOManager(ConfigurableIOManager):
             context.log.info(f"{name} is already at {cursor.entry.position}, past this run's upper limit: nothing to do")
             context.add_output_metadata({"skipped": "already ahead of this run's window"})
             return
+        if isinstance(obj, RunLimits) or spec.progress is Progress.DAILY:
+            # A run's first write: it takes the run log's lease for every asset the run writes.
+            selected = context.step_context.job_def.asset_layer.selected_asset_keys
+            limits = obj if isinstance(obj, RunLimits) else None
+            take_lease(self.manifest, context.step_context.instance, context.run_id, sorted(k.path[-1] for k in selected), limits)
         if isinstance(obj, RunLimits):
             self._write_run_record(context, spec, obj, uri)
             return
@@ -186,6 +193,7 @@ class DeltaIOManager(ConfigurableIOManager):
             per_day = _value(context.output_metadata.get(EVENTS_PER_DAY)) or {}
             days = [date.fromisoformat(key) for key in context.asset_partition_keys]
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
+        context.add_output_metadata({"run_log": as_markdown(self.manifest.run_log(run_id=context.run_id, since=utcnow().date() - timedelta(days=1)))})
 
     def _write_run_record(self, context: OutputContext, spec: TableSpec, limits: RunLimits, uri: str) -> None:
         """The run's limits, one row appended with deltalake: no Spark job for a row per run."""

@@ -1,14 +1,19 @@
-"""The manifest resource: the one writer of `incremental_manifest` and `daily_aggregation_manifest`.
+"""The manifest resource: the one writer of `incremental_manifest`, `daily_aggregation_manifest`
+and `run_log`.
 
-Both tables are small (a row per incremental asset, a row per event day), so they are read and
-written with deltalake: milliseconds, no JVM, and the same code for runs, previews and sensors.
+The tables are small (a row per incremental asset, per event day, per asset of a run), so they
+are read and written with deltalake: milliseconds, no JVM, and the same code for runs, previews,
+sensors and the command line.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 from dataclasses import fields
-from datetime import date
-from typing import Mapping
+from datetime import date, timedelta
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 from dagster import ConfigurableResource
@@ -19,11 +24,15 @@ from pydantic import Field
 from incremental_assets import previews
 from incremental_assets.environment import table_uri, warehouse_root
 from incremental_assets.logic.days import DayStatus, mark_processed
-from incremental_assets.logic.limits import Cursor, ManifestEntry
+from incremental_assets.logic.limits import Cursor, ManifestEntry, RunLimits
+from incremental_assets.logic.run_log import FAILED, PROCESSING, RESOLVED, Record, lease_holder, open_leases, skip_reasons
 from incremental_assets.utc import UTC_TIMESTAMP, aware, naive, utcnow
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
 DAILY_MANIFEST = "daily_aggregation_manifest"
+RUN_LOG = "run_log"
+LEASE_DAYS = 7  # a lease is looked for among this many days of records: no run lives longer
+COMPACT_EVERY = 100  # run_log versions between compactions of its recent days
 # The daily manifest records, as a Delta transaction identifier committed with its rows, the
 # filtered_events version whose inserts it has counted. Identifiers live in checkpoints, so log
 # cleanup cannot lose them, and the count and the version can never disagree after a crash.
@@ -52,6 +61,26 @@ DAILY_SCHEMA = pa.schema(
         ("last_run_id", pa.string()),
     ]
 )
+RUN_LOG_SCHEMA = pa.schema(
+    [
+        ("day", pa.date32()),  # of recorded_at: the partition, so lease checks read recent days only
+        ("recorded_at", UTC_TIMESTAMP),
+        ("run_id", pa.string()),
+        ("asset", pa.string()),
+        ("status", pa.string()),
+        ("lower_limit", UTC_TIMESTAMP),
+        ("upper_limit", UTC_TIMESTAMP),
+        ("rows", pa.int64()),
+        ("skipped", pa.string()),  # JSON {reason: count}
+        ("pid", pa.int64()),
+        ("host", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+
+
+class LeaseHeld(RuntimeError):
+    """Another run holds the run log's lease: this one must not write."""
 
 
 class ManifestResource(ConfigurableResource):
@@ -106,6 +135,76 @@ class ManifestResource(ConfigurableResource):
             ]
         )
 
+    # -- run log ------------------------------------------------------------------------------
+    def run_log(self, run_id: str | None = None, since: date | None = None) -> list[dict]:
+        filters = [("day", ">=", since)] if since else []
+        if run_id:
+            filters.append(("run_id", "=", run_id))
+        rows = previews.read_rows(self.uri(RUN_LOG), filters=filters or None) or []
+        return sorted(rows, key=lambda row: row["recorded_at"])
+
+    def acquire(self, run_id: str, assets: list[str], limits: RunLimits | None, alive: Callable[[Record], bool]) -> None:
+        """Record Processing for every asset the run writes: the lease. Leases of runs that are gone
+        are closed as Failed first; if another live run holds the lease, this run's records are
+        closed as Failed and LeaseHeld names the holder."""
+        self._log([self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets])
+        leases = open_leases(_record(row) for row in self.run_log(since=utcnow().date() - timedelta(days=LEASE_DAYS)))
+        gone = [record for run, records in leases.items() if run != run_id for record in records if not alive(record)]
+        if gone:
+            self._log([self._row(r.run_id, r.asset, FAILED, None, message=f"recovered by run {run_id}: the run is gone") for r in gone])
+            for record in gone:
+                leases.pop(record.run_id, None)
+        holder = lease_holder(leases)
+        if holder != run_id:
+            message = f"refused: run {holder} holds the run log's lease (it is still processing)"
+            self._log([self._row(run_id, asset, FAILED, limits, message=message) for asset in assets])
+            raise LeaseHeld(
+                f"Run {holder} is still writing this warehouse (its Processing records in {self.uri(RUN_LOG)} "
+                f"have no Processed or Failed yet). Wait for it; if it is dead on another machine, stop it there, "
+                f"then `incremental-assets resolve {holder}`."
+            )
+
+    def record(self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None) -> None:
+        """Close an asset's Processing record with its outcome, its row counts and skip reasons."""
+        rows = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0) or metadata.get("dagster/row_count")
+        self._log([self._row(run_id, asset, status, None, rows=rows, skipped=skip_reasons(metadata), message=message)])
+
+    def close_open(self, run_id: str, message: str) -> None:
+        """Close whatever the run left open as Failed (a run that ended before its assets did)."""
+        leases = open_leases(_record(row) for row in self.run_log(run_id=run_id))
+        self._log([self._row(run_id, r.asset, FAILED, None, message=message) for r in leases.get(run_id, [])])
+
+    def resolve(self, run_id: str) -> int:
+        """Mark a run's Failed records Resolved (an operator has looked at them); how many."""
+        records = self.run_log(run_id=run_id)
+        todo = sorted({r["asset"] for r in records if r["status"] == FAILED} - {r["asset"] for r in records if r["status"] == RESOLVED})
+        self._log([self._row(run_id, asset, RESOLVED, None, message="resolved by an operator") for asset in todo])
+        return len(todo)
+
+    def _row(self, run_id: str, asset: str, status: str, limits: RunLimits | None, rows: int | None = None,
+             skipped: Mapping[str, int] | None = None, pid: int | None = None, host: str | None = None,
+             message: str | None = None) -> dict:
+        now = utcnow()
+        return {
+            "day": now.date(), "recorded_at": now, "run_id": run_id, "asset": asset, "status": status,
+            "lower_limit": limits.lower if limits else None, "upper_limit": limits.upper if limits else None,
+            "rows": rows, "skipped": json.dumps(dict(skipped)) if skipped else None, "pid": pid, "host": host,
+            "message": message,
+        }
+
+    def _log(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], RUN_LOG_SCHEMA)
+        uri = self.uri(RUN_LOG)
+        write_deltalake(uri, data, mode="append", partition_by=["day"])
+        table = DeltaTable(uri)
+        if table.version() % COMPACT_EVERY == 0:
+            # A file per append would make every lease check list thousands of files: compact the
+            # recent days now and then (deltalake: no JVM; concurrent appends are not disturbed).
+            since = (utcnow().date() - timedelta(days=LEASE_DAYS)).isoformat()
+            table.optimize.compact(partition_filters=[("day", ">=", since)])
+
     def _upsert(self, table: str, rows: list[dict], schema: pa.Schema, key: str, txn: Transaction | None = None) -> None:
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], schema)
         properties = CommitProperties(app_transactions=[txn]) if txn else None
@@ -130,6 +229,10 @@ def _day(row: dict) -> DayStatus:
     values["max_load_tstamp"] = naive(values["max_load_tstamp"])
     values["last_processed_at"] = naive(values["last_processed_at"])
     return DayStatus(**values)
+
+
+def _record(row: dict) -> Record:
+    return Record(row["run_id"], row["asset"], row["status"], row["recorded_at"], row["pid"], row["host"])
 
 
 def _entry(row: dict) -> ManifestEntry:

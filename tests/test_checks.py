@@ -109,9 +109,9 @@ def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_dupli
     _materialized(instance, FILTERED_EVENTS, rows_inserted=2, delta_version=first.version, **{"dagster/uri": uri})
     assert all(r.passed for r in _checked(context, spark_resource).values())
 
-    # Another writer appends a second copy of e2 and an event of S1 a second past its cap (plain
-    # Spark, no MERGE): the next checks catch both, and name them.
-    foreign_rows = [("e2", "S1", datetime(2024, 3, 2), date(2024, 3, 2)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4))]
+    # Another writer appends a second copy of e2 into its day and an event of S1 a second past its
+    # cap (plain Spark, no MERGE): the next checks catch both, and name them.
+    foreign_rows = [("e2", "S1", datetime(2024, 3, 1, 3), date(2024, 3, 1)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4))]
     foreign = delta_tables.write(spark, frame(spark, schema, foreign_rows), uri, WriteMode.APPEND, partition_by=["event_date"])
     _materialized(
         instance, FILTERED_EVENTS, rows_inserted=2, delta_version=foreign.version, merge_target_floor="2024-02-01",

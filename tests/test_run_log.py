@@ -120,3 +120,22 @@ def test_a_second_writer_is_refused_with_the_holders_name_until_the_holder_is_go
     assert json.loads(processed["events_this_run"]["skipped"] or "{}").get("duplicate", 0) == summary.value(
         "events_this_run", "duplicates_dropped"
     )
+
+
+def test_the_run_log_compacts_its_recent_days_now_and_then(warehouse, monkeypatch):
+    """A file per append would make every lease check list thousands of files."""
+    from deltalake import DeltaTable
+
+    from incremental_assets.resources import manifests
+
+    monkeypatch.setattr(manifests, "COMPACT_FILES", 4)  # records and files alike
+    manifest = ManifestResource()
+    for run in ("r1", "r2"):
+        manifest.acquire(run, ["a"], None, alive=lambda record: False)  # versions 0, 2
+        manifest.record(run, "a", PROCESSED, {"rows_inserted": 1})      # versions 1, 3
+    manifest.acquire("r3", ["a"], None, alive=lambda record: False)     # a fifth file: compacted
+    table = DeltaTable(manifest.uri("run_log"))
+    assert table.history(1)[0]["operation"] == "OPTIMIZE" and len(table.file_uris()) == 1
+    assert [(r["run_id"], r["status"]) for r in manifest.run_log()] == [
+        ("r1", PROCESSING), ("r1", PROCESSED), ("r2", PROCESSING), ("r2", PROCESSED), ("r3", PROCESSING)
+    ]

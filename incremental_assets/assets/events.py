@@ -1,6 +1,6 @@
 """filtered_events (SPEC §6): the persistent, deduplicated, session-complete event table."""
 
-from datetime import date, timedelta
+from datetime import timedelta
 from typing import Iterator
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSpec, Output, multi_asset_check
@@ -62,7 +62,7 @@ EVENT_ID_UNIQUE = AssetCheckSpec(
     asset=FILTERED_EVENTS,
     blocking=True,
     description="No event stored twice: every event_id the latest write inserted is the only row with that id "
-    "from its MERGE floor on (the days within upsert_lookback_days, where a stored copy would lie).",
+    "in the days it inserted into (across the upsert lookback, the MERGE itself refuses a second copy).",
 )
 WITHIN_SESSION_CAP = AssetCheckSpec(
     "events_within_session_cap",
@@ -82,15 +82,14 @@ def filtered_events_checks(
     if write is None:
         yield from (nothing_written(spec.name) for spec in (EVENT_ID_UNIQUE, WITHIN_SESSION_CAP))
         return
-    session, uri, floor, version = spark.spark_session, write["dagster/uri"], write.get(MERGE_TARGET_FLOOR), write["delta_version"]
+    session, uri, version = spark.spark_session, write["dagster/uri"], write["delta_version"]
     ts = settings.session_timestamp
-    inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts).cache()
+    inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts, "event_date").cache()
 
-    stored = delta_tables.read_table(session, uri)
-    if floor:
-        stored = stored.where(F.col("event_date") >= F.lit(date.fromisoformat(floor)))
+    days = sorted(row.event_date for row in inserted.select("event_date").distinct().collect())
+    stored = delta_tables.read_table(session, uri).where(F.col("event_date").isin(days))
     ids = stored.select("event_id").join(inserted.select("event_id"), "event_id", "left_semi")
-    scope = f"ids inserted by version {version}, against event_date >= {floor or 'any'}"
+    scope = f"ids inserted by version {version}, in the {len(days)} day(s) they went to"
     yield from_offending_rows(C.duplicated(ids, ["event_id"]), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
 
     lifecycle = delta_tables.read_table(session, table_uri(LIFECYCLE))

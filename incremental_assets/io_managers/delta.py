@@ -23,7 +23,7 @@ incremental asset's manifest row (`progress=incremental`), or the days a daily r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date
 from enum import Enum
 from typing import Any, Mapping
 
@@ -49,7 +49,6 @@ from incremental_assets.logic.limits import Cursor, RunLimits
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.utc import utcnow
 from incremental_assets.run_log import as_markdown, take_lease
 from incremental_assets.run_state import (
     RunBatch,
@@ -193,7 +192,7 @@ class DeltaIOManager(ConfigurableIOManager):
             per_day = _value(context.output_metadata.get(EVENTS_PER_DAY)) or {}
             days = [date.fromisoformat(key) for key in context.asset_partition_keys]
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
-        context.add_output_metadata({"run_log": as_markdown(self.manifest.run_log(run_id=context.run_id, since=utcnow().date() - timedelta(days=1)))})
+        context.add_output_metadata({"run_log": as_markdown(self.manifest.appended_here(context.run_id))})
 
     def _write_run_record(self, context: OutputContext, spec: TableSpec, limits: RunLimits, uri: str) -> None:
         """The run's limits, one row appended with deltalake: no Spark job for a row per run."""

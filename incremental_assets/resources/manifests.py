@@ -32,7 +32,10 @@ INCREMENTAL_MANIFEST = "incremental_manifest"
 DAILY_MANIFEST = "daily_aggregation_manifest"
 RUN_LOG = "run_log"
 LEASE_DAYS = 7  # a lease is looked for among this many days of records: no run lives longer
-COMPACT_EVERY = 100  # run_log versions between compactions of its recent days
+COMPACT_FILES = 100  # run_log files in its recent days beyond which a run's lease compacts them
+# The run-log rows this process appended, per (table, run): what a run's assets show in their
+# metadata without reading the table back (runs execute in one process: the in-process executor).
+_APPENDED: dict[tuple[str, str], list[dict]] = {}
 # The daily manifest records, as a Delta transaction identifier committed with its rows, the
 # filtered_events version whose inserts it has counted. Identifiers live in checkpoints, so log
 # cleanup cannot lose them, and the count and the version can never disagree after a crash.
@@ -148,7 +151,12 @@ class ManifestResource(ConfigurableResource):
         are closed as Failed first; if another live run holds the lease, this run's records are
         closed as Failed and LeaseHeld names the holder."""
         self._log([self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets])
-        leases = open_leases(_record(row) for row in self.run_log(since=utcnow().date() - timedelta(days=LEASE_DAYS)))
+        since = utcnow().date() - timedelta(days=LEASE_DAYS)
+        recent = self.run_log(since=since)
+        if len(recent) > COMPACT_FILES and self._recent_files(since) > COMPACT_FILES:
+            # A file per append would make every lease check list thousands of files (deltalake: no JVM).
+            DeltaTable(self.uri(RUN_LOG)).optimize.compact(partition_filters=[("day", ">=", since.isoformat())])
+        leases = open_leases(_record(row) for row in recent)
         gone = [record for run, records in leases.items() if run != run_id for record in records if not alive(record)]
         if gone:
             self._log([self._row(r.run_id, r.asset, FAILED, None, message=f"recovered by run {run_id}: the run is gone") for r in gone])
@@ -192,18 +200,22 @@ class ManifestResource(ConfigurableResource):
             "message": message,
         }
 
+    def _recent_files(self, since: date) -> int:
+        files = pa.table(DeltaTable(self.uri(RUN_LOG)).get_add_actions(flatten=True))
+        return sum(1 for day in files.column("partition.day").to_pylist() if day >= since)
+
+    def appended_here(self, run_id: str) -> list[dict]:
+        """The run's records this process appended, oldest first (no read)."""
+        return list(_APPENDED.get((self.uri(RUN_LOG), run_id), []))
+
     def _log(self, rows: list[dict]) -> None:
         if not rows:
             return
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], RUN_LOG_SCHEMA)
         uri = self.uri(RUN_LOG)
         write_deltalake(uri, data, mode="append", partition_by=["day"])
-        table = DeltaTable(uri)
-        if table.version() % COMPACT_EVERY == 0:
-            # A file per append would make every lease check list thousands of files: compact the
-            # recent days now and then (deltalake: no JVM; concurrent appends are not disturbed).
-            since = (utcnow().date() - timedelta(days=LEASE_DAYS)).isoformat()
-            table.optimize.compact(partition_filters=[("day", ">=", since)])
+        for row in rows:
+            _APPENDED.setdefault((uri, row["run_id"]), []).append(row)
 
     def _upsert(self, table: str, rows: list[dict], schema: pa.Schema, key: str, txn: Transaction | None = None) -> None:
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], schema)

@@ -84,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--end", required=True, type=date.fromisoformat, help="last day, inclusive")
     backfill.set_defaults(command=_backfill)
 
+    refresh = commands.add_parser(
+        "refresh", help="full refresh: empty the manifests and derived tables (needs allow_refresh), then rebuild"
+    )
+    _settings_arguments(refresh)
+    refresh.set_defaults(command=_refresh)
+
     resolve = commands.add_parser("resolve", help="mark a failed run's run_log records Resolved (no JVM)")
     resolve.add_argument("run_id")
     resolve.set_defaults(command=_resolve)
@@ -110,7 +116,7 @@ def _settings(args):
 
 
 def _run(args) -> int:
-    from incremental_assets.runner import run_incremental, run_log_file, run_until_caught_up
+    from incremental_assets.runner import run_incremental, run_until_caught_up
 
     settings = _settings(args)
     if (args.lower is None) != (args.upper is None):
@@ -122,6 +128,12 @@ def _run(args) -> int:
     else:
         summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
         print(summaries[0].describe())
+    return _outcome(summaries)
+
+
+def _outcome(summaries) -> int:
+    from incremental_assets.runner import run_log_file
+
     print(f"Dagster's event stream: {run_log_file()}")
     failed = [s for s in summaries if not s.success]
     if failed:
@@ -191,6 +203,17 @@ def _load(args) -> None:
     uri = environment.source_table_uri()
     rows = load_file(_spark(), args.file, uri, mode=args.mode)
     print(f"Loaded {rows} rows from {args.file} into {uri} ({args.mode})")
+
+
+def _refresh(args) -> int:
+    from incremental_assets.refresh import refresh
+    from incremental_assets.runner import instance_or_default, run_until_caught_up
+
+    settings = _settings(args)
+    for table, rows in refresh(settings, instance_or_default(None)).items():
+        print(f"emptied {table} ({rows} rows)")
+    print(f"Rebuilding from {settings.start_date}:")
+    return _outcome(run_until_caught_up(settings))
 
 
 def _resolve(args) -> int:

@@ -70,7 +70,8 @@ def settings_run_config(settings: IncrementalSettings) -> dict[str, Any]:
     return {"resources": {"settings": {"config": settings.model_dump(include=set(IncrementalSettings.model_fields))}}}
 
 
-def _instance(instance: DagsterInstance | None) -> DagsterInstance:
+def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
+    """The given instance, or the project's (DAGSTER_HOME)."""
     if instance is not None:
         return instance
     environment.dagster_home()
@@ -120,7 +121,7 @@ def run_incremental(
     instance: DagsterInstance | None = None,
 ) -> RunSummary:
     """One run of the incremental job in this process, then the daily partitions it marked."""
-    instance = _instance(instance)
+    instance = instance_or_default(instance)
     limits_config = {k: v for k, v in {"lower": lower, "upper": upper, "now": now}.items() if v is not None}
     summary = _execute(INCREMENTAL_JOB, settings, instance, {"ops": {NEW_EVENT_LIMITS: {"config": limits_config}}})
     if summary.success:
@@ -131,7 +132,7 @@ def run_incremental(
 
 def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None) -> RunSummary:
     """daily_aggregates for the days [first, last] in one run (one Spark session), then attributes."""
-    summary = _execute(DAILY_JOB, settings, _instance(instance), tags=days_window_tags(first, last))
+    summary = _execute(DAILY_JOB, settings, instance_or_default(instance), tags=days_window_tags(first, last))
     summary.days = [d.isoformat() for d in day_range(first, last)]
     return summary
 

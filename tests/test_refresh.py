@@ -1,0 +1,49 @@
+"""Full refresh: refused without allow_refresh (nothing dropped), otherwise every derived table and
+both manifests are emptied under the lease, and the rebuild from start_date gives the same tables."""
+
+from datetime import date
+
+import pytest
+from dagster import DagsterInstance
+
+from incremental_assets import delta_tables, environment
+from incremental_assets.cli import main
+from incremental_assets.refresh import RefreshNotAllowed, derived_tables, refresh
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.runner import run_until_caught_up
+from incremental_assets.sample.generator import SampleParams
+from incremental_assets.sample.stream import generate_stream
+from incremental_assets.settings import IncrementalSettings
+
+NOW = "2024-03-03T00:00:00"
+COMPARED = ("filtered_events", "sessions", "sessions_lifecycle_manifest", "quarantined_sessions", "daily_aggregates", "attributes")
+
+
+def _tables(spark, warehouse):
+    return {t: sorted(map(tuple, delta_tables.read_table(spark, f"{warehouse}/{t}").collect())) for t in COMPARED}
+
+
+def test_refresh_is_refused_without_allow_refresh_then_rebuilds_the_same_tables(spark, warehouse, capsys):
+    source = environment.table_uri(environment.SAMPLE_TABLE)
+    generate_stream(spark, source, SampleParams(users=8, days=3, events_per_day=120, start_date=date(2024, 3, 1), seed=9), hours=48)
+    settings = IncrementalSettings(start_date="2024-03-01", attributes_reference_date="2024-03-02")
+    instance = DagsterInstance.ephemeral()
+    assert all(s.success for s in run_until_caught_up(settings, report=lambda s: None, now=NOW, instance=instance))
+    before = _tables(spark, warehouse)
+    assert before["filtered_events"] and before["daily_aggregates"]
+
+    with pytest.raises(RefreshNotAllowed, match="Nothing was dropped"):
+        refresh(settings, instance)
+    assert main(["refresh", "--set", "allow_refresh=false"]) == 2 and "allow_refresh" in capsys.readouterr().err
+    assert _tables(spark, warehouse) == before and ManifestResource().entries()
+
+    allowed = settings.model_copy(update={"allow_refresh": True})
+    deleted = refresh(allowed, instance)
+    assert set(deleted) == set(derived_tables(settings)) and "new_event_limits" not in deleted
+    assert deleted["filtered_events"] == len(before["filtered_events"])
+    assert all(not rows for rows in _tables(spark, warehouse).values())
+    assert not ManifestResource().entries() and not ManifestResource().days()
+    assert {r["asset"] for r in ManifestResource().run_log() if r["run_id"].startswith("refresh-")} == set(deleted)
+
+    assert all(s.success for s in run_until_caught_up(allowed, report=lambda s: None, now=NOW, instance=instance))
+    assert _tables(spark, warehouse) == before

@@ -95,6 +95,9 @@ class IncrementalSettings(ConfigurableResource):
     daily_aggregates_fresh_hours: float = Field(
         default=30, description="daily_aggregates shows stale (red) when not updated for this many hours (> 0)"
     )
+    maintenance_retention_hours: float = Field(
+        default=168, description="History table maintenance keeps (VACUUM retention; >= 168, Delta's own minimum)"
+    )
     attributes_reference_date: str | None = Field(
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
     )
@@ -135,6 +138,11 @@ class IncrementalSettings(ConfigurableResource):
         for name in ("filtered_events_fresh_hours", "daily_aggregates_fresh_hours"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be a number of hours > 0 (got {getattr(self, name)})")
+        if not self.maintenance_retention_hours >= 168:
+            problems.append(
+                f"maintenance_retention_hours must be >= 168 (got {self.maintenance_retention_hours}): the daily "
+                "layer's change-feed reads and time travel need a week of history"
+            )
         if self.session_timestamp not in SESSION_TIMESTAMPS:
             problems.append(f"session_timestamp must be one of {', '.join(SESSION_TIMESTAMPS)} (got {self.session_timestamp!r})")
         for name in ("session_identifiers", "user_identifiers"):

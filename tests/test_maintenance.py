@@ -1,0 +1,71 @@
+"""Table maintenance on real Delta tables: small files compacted where new ones landed, rows
+unchanged, history kept for the retention; a retention shorter than a week is refused."""
+
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from dagster import DagsterInstance
+from deltalake import DeltaTable
+
+from incremental_assets import delta_tables
+from incremental_assets.definitions import build_definitions
+from incremental_assets.delta_tables import WriteMode
+from incremental_assets.logic.days import DayStatus
+from incremental_assets.maintenance import maintain, oldest_unread_change
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.settings import IncrementalSettings, SettingsError
+
+
+def _maintain(settings):
+    result = build_definitions(settings).resolve_job_def("maintenance_job").execute_in_process(
+        instance=DagsterInstance.ephemeral()
+    )
+    assert result.success
+    [event] = [e for e in result.all_events if e.is_successful_output]
+    return {k: v.value for k, v in event.event_specific_data.metadata.items()}
+
+
+def test_many_small_writes_are_compacted_to_a_file_per_partition_and_the_rows_stay(spark, warehouse):
+    uri = f"{warehouse}/sessions_lifecycle_manifest"
+    schema = "session_identifier string, start_date date"
+    for i in range(6):  # six hourly MERGEs' worth of small files over two days
+        rows = spark.createDataFrame([(f"s{i}", date(2024, 3, 1 + i % 2))], schema)
+        delta_tables.write(spark, rows, uri, WriteMode.APPEND, partition_by=["start_date"])
+    before = sorted(map(tuple, delta_tables.read_table(spark, uri).collect()))
+    assert len(DeltaTable(uri).file_uris()) == 6
+
+    settings = IncrementalSettings(start_date="2024-03-01")
+    first = _maintain(settings)
+    assert (first["files_before"], first["files_after"]) == (6, 2)
+    assert sorted(map(tuple, delta_tables.read_table(spark, uri).collect())) == before
+    assert "| sessions_lifecycle_manifest | 6 | 2 | 2024-03-01 | True |  |" in first["tables"]
+
+    # One more small write: only its partition (from 2 March on) is compacted next time.
+    delta_tables.write(spark, spark.createDataFrame([("s6", date(2024, 3, 2))], schema), uri, WriteMode.APPEND, partition_by=["start_date"])
+    second = _maintain(settings)
+    assert "| sessions_lifecycle_manifest | 3 | 2 | 2024-03-02 | True |  |" in second["tables"]
+    assert [r["status"] for r in ManifestResource().run_log() if r["asset"] == "sessions_lifecycle_manifest"][-2:] == [
+        "Processing", "Processed"
+    ]
+
+
+def test_filtered_events_keep_their_change_feed_until_the_daily_manifest_has_read_it(spark, warehouse):
+    uri = f"{warehouse}/filtered_events"
+    schema = "event_id string, event_date date"
+    delta_tables.create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["event_date"])
+    delta_tables.write(spark, spark.createDataFrame([("e1", date(2024, 3, 1))], schema), uri, WriteMode.APPEND)
+    manifest = ManifestResource()
+    created = DeltaTable(uri).history()[-1]
+    assert oldest_unread_change(manifest) == datetime.fromtimestamp(created["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+    a_month_later = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(days=30)
+    kept = maintain(spark, manifest, "filtered_events", 168, a_month_later)
+    assert not kept.vacuumed and "has not read the change feed" in kept.note
+
+    manifest.save_days([DayStatus(date(2024, 3, 1), processed_events=1)], consumed_version=1)
+    assert oldest_unread_change(manifest) is None
+    assert maintain(spark, manifest, "filtered_events", 168, a_month_later).vacuumed
+
+
+def test_a_retention_shorter_than_a_week_is_refused_before_anything_runs():
+    with pytest.raises(SettingsError, match="maintenance_retention_hours must be >= 168"):
+        IncrementalSettings(maintenance_retention_hours=24)

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 
 from incremental_assets.logic.days import stranded
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
+from incremental_assets.run_state import materialization_metadata
 
 EXAMPLES = 10  # offending rows shown in a failed check's metadata
 
@@ -24,7 +25,7 @@ def latest_write(context: AssetCheckExecutionContext, asset: str) -> dict[str, A
     event = context.instance.get_latest_materialization_event(AssetKey(asset))
     if event is None:
         return None
-    metadata = {key: value.value for key, value in event.asset_materialization.metadata.items()}
+    metadata = materialization_metadata(event.asset_materialization)
     changed = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0)
     return metadata if changed and metadata.get("delta_version") is not None else None
 

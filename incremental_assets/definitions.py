@@ -27,10 +27,10 @@ from incremental_assets.freshness import freshness_checks, freshness_sensor
 from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
 from incremental_assets.logs import cli_logger
-from incremental_assets.maintenance import maintenance_job, maintenance_schedule
+from incremental_assets.maintenance import maintenance_job
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.schedules import hourly_incremental_schedule
+from incremental_assets.schedules import daily_table_maintenance, hourly_incremental_schedule
 from incremental_assets.sensors import daily_partitions_sensor, source_events_sensor
 from incremental_assets.settings import load_settings
 
@@ -50,7 +50,7 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
     return Definitions(
         assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
         jobs=[incremental_job, daily_job, sample_load_job, maintenance_job],
-        schedules=[hourly_incremental_schedule, maintenance_schedule],
+        schedules=[hourly_incremental_schedule, daily_table_maintenance],
         sensors=[source_events_sensor, daily_partitions_sensor, freshness_sensor(fresh)],
         asset_checks=[
             sessions_unique_and_within_cap,

@@ -1,7 +1,7 @@
 """Table maintenance (SPEC §8): compact the small files that hourly merges and appends leave, and
 vacuum the files no version within the retention still needs.
 
-Off by default: the daily schedule is stopped until you start it. A pass holds the run log's
+Off by default: its daily schedule (schedules.py) is stopped until you start it. A pass holds the run log's
 lease (maintenance must not race a run's MERGE) and records each table's files before and after.
 Compaction is OPTIMIZE on the partitions that gained files since the table's last OPTIMIZE.
 VACUUM keeps `maintenance_retention_hours` of history, never less than Delta's own default of
@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import DefaultScheduleStatus, MetadataValue, Nothing, OpExecutionContext, Out, Output, ScheduleDefinition, job, op
+from dagster import Nothing, OpExecutionContext, Out, Output, job, op
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
 
@@ -25,7 +25,8 @@ from incremental_assets.names import FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.refresh import derived_tables
 from incremental_assets.resources.manifests import RUN_LOG, ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_log import alive_in
+from incremental_assets.previews import markdown_table
+from incremental_assets.run_log import alive_in, record_failed
 from incremental_assets.settings import IncrementalSettings
 
 
@@ -110,34 +111,20 @@ def maintain_tables(
     run_id = context.run_id
     manifest.acquire(run_id, tables, None, alive_in(context.instance))
     passes = []
-    try:
-        for name in tables:
-            result = maintain(spark.spark_session, manifest, name, retention, datetime.now(timezone.utc).replace(tzinfo=None))
-            passes.append(result)
-            manifest.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
-    except Exception as error:
-        manifest.close_open(run_id, f"maintenance failed: {error!r}"[:2000])
-        raise
-    lines = ["| table | files before | files after | compacted from | vacuumed | note |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p.table} | {p.files_before} | {p.files_after} | {p.compacted_from or ''} | {p.vacuumed} | {p.note} |" for p in passes]
+    for name in tables:  # a failure closes what is still open: the job's failure hook
+        result = maintain(spark.spark_session, manifest, name, retention, datetime.now(timezone.utc).replace(tzinfo=None))
+        passes.append(result)
+        manifest.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
+    columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]
+    rows = [[p.table, p.files_before, p.files_after, p.compacted_from, p.vacuumed, p.note] for p in passes]
     return Output(None, metadata={
-        "tables": MetadataValue.md("\n".join(lines)),
+        "tables": markdown_table(columns, rows),
         "files_before": sum(p.files_before for p in passes),
         "files_after": sum(p.files_after for p in passes),
         "retention_hours": retention,
     })
 
 
-@job(tags=WAREHOUSE_WRITER_TAGS, description="Compact small files and vacuum old ones in every warehouse table.")
+@job(tags=WAREHOUSE_WRITER_TAGS, hooks={record_failed}, description="Compact small files and vacuum old ones in every warehouse table.")
 def maintenance_job():
     maintain_tables()
-
-
-maintenance_schedule = ScheduleDefinition(
-    name="daily_table_maintenance",
-    job=maintenance_job,
-    cron_schedule="30 3 * * *",
-    execution_timezone="UTC",
-    default_status=DefaultScheduleStatus.STOPPED,
-    description="Table maintenance once a day; off until you start it.",
-)

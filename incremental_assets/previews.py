@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dagster import MetadataValue
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -73,3 +74,10 @@ def cell(value: Any) -> str:
     """A value as text of at most 40 characters, for terminal tables."""
     text = "" if value is None else str(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def markdown_table(columns: list[str], rows: list[list]) -> MetadataValue:
+    """Rows as a markdown table for the UI's metadata (None shows empty; a '|' in a cell is escaped)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join("" if cell is None else str(cell).replace("|", "/") for cell in row) + " |" for row in rows]
+    return MetadataValue.md("\n".join(lines))

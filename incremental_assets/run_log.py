@@ -1,6 +1,6 @@
 """Where the run log is written (SPEC §8): the lease when a run starts writing (the Delta IO
-manager calls `take_lease` before a run's first write), and each asset's outcome when its step
-ends (the hooks below, attached to both jobs). Assets never write it themselves."""
+manager, refresh and maintenance acquire it, with `alive_in` to judge other holders), and each
+asset's outcome when its step ends (the hooks below, attached to the jobs). Assets never write it."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from dagster import (
     success_hook,
 )
 
-from incremental_assets.logic.limits import RunLimits
 from incremental_assets.logic.run_log import PROCESSED, Record
+from incremental_assets.previews import markdown_table
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.run_state import materialization_metadata
 
 LIVE = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
 
@@ -46,13 +47,9 @@ def _process_exists(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # it exists, under another user
+        pass
     return True
-
-
-def take_lease(manifest: ManifestResource, instance: DagsterInstance, run_id: str, assets: list[str], limits: RunLimits | None) -> None:
-    manifest.acquire(run_id, assets, limits, alive_in(instance))
 
 
 @success_hook(required_resource_keys={"manifest"})
@@ -62,8 +59,7 @@ def record_processed(context: HookContext) -> None:
     for event in context.instance.all_logs(context.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
         if event.step_key == context.step_key:
             materialization = event.asset_materialization
-            metadata = {key: value.value for key, value in materialization.metadata.items()}
-            manifest.record(context.run_id, materialization.asset_key.path[-1], PROCESSED, metadata)
+            manifest.record(context.run_id, materialization.asset_key.path[-1], PROCESSED, materialization_metadata(materialization))
 
 
 @failure_hook(required_resource_keys={"manifest"})
@@ -75,8 +71,7 @@ def record_failed(context: HookContext) -> None:
 
 def as_markdown(rows: list[dict]) -> MetadataValue:
     """A run's records as a table for an asset's metadata in the UI."""
-    lines = ["| recorded_at | asset | status | rows | skipped | message |", "|---|---|---|---|---|---|"]
-    for row in rows:
-        cells = [str(row["recorded_at"])[:19], row["asset"], row["status"], row["rows"], row["skipped"], row["message"]]
-        lines.append("| " + " | ".join("" if cell is None else str(cell).replace("|", "/") for cell in cells) + " |")
-    return MetadataValue.md("\n".join(lines))
+    return markdown_table(
+        ["recorded_at", "asset", "status", "rows", "skipped", "message"],
+        [[str(r["recorded_at"])[:19], r["asset"], r["status"], r["rows"], r["skipped"], r["message"]] for r in rows],
+    )

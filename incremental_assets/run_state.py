@@ -35,6 +35,11 @@ class RunBatch:
         return self.stats.limits
 
 
+def materialization_metadata(materialization) -> dict[str, Any]:
+    """The plain values of an AssetMaterialization's metadata (what steps of a run read back)."""
+    return {key: value.value for key, value in materialization.metadata.items()}
+
+
 def limits_table(limits: RunLimits, run_id: str) -> pa.Table:
     """The run's row of `new_event_limits`."""
     row = (run_id, limits.state.value, aware(limits.lower), aware(limits.upper), aware(limits.now))

@@ -26,6 +26,7 @@ from incremental_assets.names import (
 )
 from incremental_assets.logic.limits import RunLimits, run_limits
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.run_state import materialization_metadata
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import UTC_TIMESTAMP, aware, utcnow
 
@@ -99,7 +100,7 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
         ManifestResource().close_open(result.run_id, "the run failed before this asset was written")
     metadata = {}
     for event in result.get_asset_materialization_events():
-        values = {k: v.value for k, v in event.materialization.metadata.items()}
+        values = materialization_metadata(event.materialization)
         metadata.setdefault(event.asset_key.path[-1], {}).update(values)
     steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
     errors = [_root_cause(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]

@@ -34,6 +34,7 @@ from incremental_assets.logic.days import (
     days_to_process,
 )
 from incremental_assets.logic.limits import RunLimits
+from incremental_assets.previews import markdown_table
 from incremental_assets.names import DAILY_AGGREGATES, DAILY_GROUP, FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
 from incremental_assets.resources.spark import SparkResource
@@ -46,13 +47,13 @@ RECONCILES = "reconciles_with_filtered_events"
 
 def manifest_table(days: list[DayStatus]) -> MetadataValue:
     """The manifest rows as a readable table in the UI."""
-    lines = ["| event_date | status | processed | pending late | late total | max delay h |", "|---|---|---|---|---|---|"]
-    for d in sorted(days, key=lambda d: d.event_date):
-        lines.append(
-            f"| {d.event_date} | {d.status} | {d.processed_events} | {d.pending_late_events} | "
-            f"{d.late_events_total} | {d.max_delay_hours:.1f} |"
-        )
-    return MetadataValue.md("\n".join(lines))
+    return markdown_table(
+        ["event_date", "status", "processed", "pending late", "late total", "max delay h"],
+        [
+            [d.event_date, d.status, d.processed_events, d.pending_late_events, d.late_events_total, f"{d.max_delay_hours:.1f}"]
+            for d in sorted(days, key=lambda d: d.event_date)
+        ],
+    )
 
 
 @spark_delta_asset(

@@ -49,13 +49,14 @@ from incremental_assets.logic.limits import Cursor, RunLimits
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_log import as_markdown, take_lease
+from incremental_assets.run_log import alive_in, as_markdown
 from incremental_assets.run_state import (
     RunBatch,
     batch_metadata,
     limits_from_row,
     limits_metadata,
     limits_table,
+    materialization_metadata,
     stats_from_metadata,
 )
 
@@ -176,7 +177,8 @@ class DeltaIOManager(ConfigurableIOManager):
             # A run's first write: it takes the run log's lease for every asset the run writes.
             selected = context.step_context.job_def.asset_layer.selected_asset_keys
             limits = obj if isinstance(obj, RunLimits) else None
-            take_lease(self.manifest, context.step_context.instance, context.run_id, sorted(k.path[-1] for k in selected), limits)
+            assets = sorted(k.path[-1] for k in selected)
+            self.manifest.acquire(context.run_id, assets, limits, alive_in(context.step_context.instance))
         if isinstance(obj, RunLimits):
             self._write_run_record(context, spec, obj, uri)
             return
@@ -210,14 +212,15 @@ class DeltaIOManager(ConfigurableIOManager):
     ) -> None:
         spark = frame.sparkSession
         window = self._output_window(context, spec, uri)
+        properties = spec.table_properties(frame.columns)
         if spec.change_feed:
-            delta_tables.create_with_change_feed(spark, uri, frame.schema, spec.partition_by, spec.table_properties(frame.columns))
+            delta_tables.create_with_change_feed(spark, uri, frame.schema, spec.partition_by, properties)
         floor = _value(context.output_metadata.get(MERGE_TARGET_FLOOR))
         merge_floor = (spec.partition_by[0], date.fromisoformat(floor)) if floor and spec.partition_by else None
         txn = self._txn(context)
         result = delta_tables.write(
             spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn,
-            known_empty=known_empty, properties=spec.table_properties(frame.columns),
+            known_empty=known_empty, properties=properties,
         )
         if frame.is_cached:  # cached by its asset for the stats it computed; written now
             frame.unpersist()
@@ -237,7 +240,7 @@ class DeltaIOManager(ConfigurableIOManager):
         return Txn(f"run-{limits.run_id}") if limits is not None else None
 
     def _cursor(self, context: OutputContext, name: str) -> Cursor:
-        batch = stats_from_metadata(_metadata(self._required_from_this_run(context, EVENTS_THIS_RUN)))
+        batch = stats_from_metadata(materialization_metadata(self._required_from_this_run(context, EVENTS_THIS_RUN).asset_materialization))
         return Cursor(name, self.manifest.entries().get(name), batch)
 
     def _advance(self, context: OutputContext, cursor: Cursor) -> None:
@@ -266,7 +269,7 @@ class DeltaIOManager(ConfigurableIOManager):
             return limits_from_row(row)
         spark = self.spark.spark_session
         if kind is RunBatch:
-            stats = stats_from_metadata(_metadata(self._required_from_this_run(context, name)))
+            stats = stats_from_metadata(materialization_metadata(self._required_from_this_run(context, name).asset_materialization))
             return RunBatch(delta_tables.read_table(spark, uri), stats)
         df = delta_tables.read_table(spark, uri)
         if not context.has_asset_partitions:
@@ -330,10 +333,6 @@ def _lineage(instance, run_id: str) -> set[str]:
         run = instance.get_run_by_id(run_id)
         run_id = run.parent_run_id if run else None
     return lineage
-
-
-def _metadata(event: EventLogEntry) -> dict[str, Any]:
-    return {key: value.value for key, value in event.asset_materialization.metadata.items()}
 
 
 def _value(metadata_value: Any) -> Any:

@@ -13,9 +13,12 @@ from typing import Any
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
 from pyspark.sql import DataFrame
 
+from incremental_assets.delta_tables import stored_max
 from incremental_assets.logic.days import stranded
-from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
+from incremental_assets.names import FILTERED_EVENTS, LIFECYCLE
+from incremental_assets.resources.manifests import DAILY_MANIFEST, INCREMENTAL_MANIFEST, ManifestResource
 from incremental_assets.run_state import materialization_metadata
+from incremental_assets.utc import naive
 
 EXAMPLES = 10  # offending rows shown in a failed check's metadata
 
@@ -61,4 +64,29 @@ def late_events_stranded_beyond_horizon(manifest: ManifestResource) -> AssetChec
             "pending_late_events": pending,
         },
         description=f"{pending} late events on {len(days)} day(s) wait for a backfill" if days else None,
+    )
+
+
+@asset_check(
+    asset=FILTERED_EVENTS,
+    description="The incremental manifest claims no more than the tables hold: each asset's last_success is at "
+    "most the greatest cursor value stored (the latest session end in the lifecycle manifest, which every "
+    "processed event lies within). A manifest ahead of its data would make the next runs skip events.",
+)
+def manifest_consistent_with_tables(manifest: ManifestResource) -> AssetCheckResult:
+    """Reads the manifest's rows and the lifecycle's file statistics: no Spark job."""
+    stored = naive(stored_max(manifest.uri(LIFECYCLE), "end_tstamp"))
+    ahead = sorted(
+        (entry.model, str(entry.last_success))
+        for entry in manifest.entries().values()
+        if entry.last_success is not None and (stored is None or entry.last_success > stored)
+    )
+    return AssetCheckResult(
+        passed=not ahead,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={
+            "greatest_cursor_value_stored": str(stored),
+            "ahead_of_the_tables": MetadataValue.json([{"model": m, "last_success": t} for m, t in ahead]),
+        },
+        description=f"{INCREMENTAL_MANIFEST} is past the data stored ({stored}) for {[m for m, _ in ahead]}" if ahead else None,
     )

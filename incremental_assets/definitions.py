@@ -22,12 +22,13 @@ from incremental_assets.assets.sessions import (
     sessions_unique_and_within_cap,
 )
 from incremental_assets.assets.source import source_load_summary
-from incremental_assets.checks import late_events_stranded_beyond_horizon
+from incremental_assets.checks import late_events_stranded_beyond_horizon, manifest_consistent_with_tables
 from incremental_assets.freshness import freshness_checks, freshness_sensor
 from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
 from incremental_assets.logs import cli_logger
 from incremental_assets.maintenance import maintenance_job
+from incremental_assets.refresh import refresh_job
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.schedules import daily_table_maintenance, hourly_incremental_schedule
@@ -49,13 +50,14 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
     fresh = freshness_checks(settings)
     return Definitions(
         assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
-        jobs=[incremental_job, daily_job, sample_load_job, maintenance_job],
+        jobs=[incremental_job, daily_job, sample_load_job, maintenance_job, refresh_job],
         schedules=[hourly_incremental_schedule, daily_table_maintenance],
         sensors=[source_events_sensor, daily_partitions_sensor, freshness_sensor(fresh)],
         asset_checks=[
             sessions_unique_and_within_cap,
             filtered_events_checks,
             late_events_stranded_beyond_horizon,
+            manifest_consistent_with_tables,
             one_row_per_attribute_key,
             *fresh,
         ],

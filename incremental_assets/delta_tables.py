@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from enum import Enum
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import deltalake
 import pyarrow as pa
+import pyarrow.compute as pc
 from delta.tables import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -171,11 +173,31 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     return _newest_commit(uri)
 
 
+def data_files(table: deltalake.DeltaTable) -> pa.Table:
+    """The table's data files, one row each with its partition values (`partition.<column>`), size,
+    modification time and statistics (`min.<column>`, `max.<column>`): read from the log, no Spark job."""
+    return pa.table(table.get_add_actions(flatten=True))
+
+
+def stored_max(uri: str, column: str) -> Any:
+    """The greatest value of `column` in the table (None: no table, or no non-null value). From the
+    files' statistics where every file has them; otherwise the column alone is read (no JVM)."""
+    try:
+        table = deltalake.DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+    files = data_files(table)
+    statistic = f"max.{column}"
+    if statistic in files.column_names and files.num_rows and files.column(statistic).null_count == 0:
+        return pc.max(files.column(statistic)).as_py()
+    return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
+
+
 def _nothing_stored_from(uri: str, floor: tuple[str, date] | None) -> bool:
     """Whether the table has no file a MERGE pruned at `floor` would read (the whole table without
     one), from the log's file list: no Spark job. False where deltalake cannot open the table."""
     try:
-        files = pa.table(deltalake.DeltaTable(uri).get_add_actions(flatten=True))
+        files = data_files(deltalake.DeltaTable(uri))
     except Exception:  # noqa: BLE001 - storage deltalake cannot reach: let the MERGE decide
         return False
     if floor is None or files.num_rows == 0:

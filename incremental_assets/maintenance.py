@@ -18,7 +18,7 @@ from dagster import Nothing, OpExecutionContext, Out, Output, job, op
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
 
-from incremental_assets.delta_tables import deltalake_reads
+from incremental_assets.delta_tables import data_files, deltalake_reads
 from incremental_assets.jobs import WAREHOUSE_WRITER_TAGS
 from incremental_assets.logic.run_log import PROCESSED
 from incremental_assets.names import FILTERED_EVENTS, NEW_EVENT_LIMITS
@@ -45,7 +45,7 @@ def new_files_since_last_optimize(table: DeltaTable) -> tuple[int, object]:
     """How many files were added since the table's last OPTIMIZE, and the least partition value among
     them (None for an unpartitioned table)."""
     last = next((entry for entry in table.history() if entry.get("operation") == "OPTIMIZE"), None)
-    files = pa.table(table.get_add_actions(flatten=True))
+    files = data_files(table)
     if last is not None:
         files = files.filter(pc.greater(files["modification_time"], pa.scalar(last["timestamp"], files["modification_time"].type)))
     columns = table.metadata().partition_columns

@@ -9,7 +9,7 @@ from dagster import AssetCheckSeverity, AssetMaterialization, DagsterInstance, a
 from incremental_assets import delta_tables
 from incremental_assets.assets.events import filtered_events_checks
 from incremental_assets.assets.sessions import sessions_unique_and_within_cap
-from incremental_assets.checks import late_events_stranded_beyond_horizon
+from incremental_assets.checks import late_events_stranded_beyond_horizon, manifest_consistent_with_tables
 from incremental_assets.delta_tables import WriteMode
 from incremental_assets.freshness import freshness_checks
 from incremental_assets.names import DAILY_AGGREGATES, FILTERED_EVENTS
@@ -17,6 +17,7 @@ from incremental_assets.names import LIFECYCLE as LIFECYCLE_NAME
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import sessions as T
 from incremental_assets.logic.days import BEYOND_HORIZON, PROCESSED, DayStatus
+from incremental_assets.logic.limits import BatchStats, Cursor, RunLimits, RunState
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.transforms import checks as C
 from tests.test_transforms import LIFECYCLE, frame
@@ -165,3 +166,42 @@ def test_freshness_checks_take_their_thresholds_from_the_settings(hours, fresh):
     result = materialize([stub_events, stub_daily, *freshness_checks(settings)], instance=DagsterInstance.ephemeral())
     evaluations = {e.asset_key.path[-1]: e.passed for e in result.get_asset_check_evaluations()}
     assert evaluations == {FILTERED_EVENTS: fresh, DAILY_AGGREGATES: fresh}
+
+
+def _advanced_to(manifest: ManifestResource, model: str, batch_max: datetime) -> None:
+    limits = RunLimits(RunState.STANDARD, batch_max - timedelta(hours=6), batch_max, batch_max)
+    manifest.advance(Cursor(model, manifest.entries().get(model), BatchStats(limits, 1, batch_max, None)), "run")
+
+
+def test_manifest_consistency_fails_once_a_position_is_past_the_stored_data(spark, warehouse):
+    """Sessions end at 2 March 10:00 at the latest: a manifest at that moment agrees, one a second later does not."""
+    manifest = ManifestResource()
+    assert manifest_consistent_with_tables(manifest=manifest).passed  # nothing stored, nothing claimed
+
+    latest_end = datetime(2024, 3, 2, 10)
+    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [
+        ("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 1, 5), date(2024, 3, 1)),
+        ("S2", "u", datetime(2024, 3, 2), latest_end, date(2024, 3, 2)),
+    ])
+    delta_tables.write(spark, lifecycle, f"{warehouse}/{LIFECYCLE_NAME}", WriteMode.UPSERT, [T.SESSION], ["start_date"])
+    _advanced_to(manifest, FILTERED_EVENTS, latest_end)
+    _advanced_to(manifest, "sessions", datetime(2024, 3, 1, 5))
+    clean = manifest_consistent_with_tables(manifest=manifest)
+    assert clean.passed and clean.metadata["greatest_cursor_value_stored"].value == str(latest_end)
+
+    _advanced_to(manifest, "sessions", latest_end + timedelta(seconds=1))  # a position no stored event backs
+    result = manifest_consistent_with_tables(manifest=manifest)
+    assert not result.passed and result.severity == AssetCheckSeverity.ERROR
+    assert result.metadata["ahead_of_the_tables"].value == [{"model": "sessions", "last_success": "2024-03-02 10:00:01"}]
+
+
+def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
+    uri = f"{warehouse}/times"
+    rows = frame(spark, "t timestamp, day date", [(datetime(2024, 1, 1), date(2024, 1, 1)), (datetime(2024, 1, 3), date(2024, 1, 3))])
+    delta_tables.write(spark, rows, uri, WriteMode.APPEND, partition_by=["day"])
+    assert delta_tables.stored_max(uri, "t").replace(tzinfo=None) == datetime(2024, 1, 3)
+    # A table that keeps no statistics: the column itself is read.
+    bare = f"{warehouse}/bare"
+    delta_tables.write(spark, rows, bare, WriteMode.APPEND, properties={"delta.dataSkippingNumIndexedCols": "0"})
+    assert delta_tables.stored_max(bare, "t").replace(tzinfo=None) == datetime(2024, 1, 3)
+    assert delta_tables.stored_max(f"{warehouse}/none", "t") is None

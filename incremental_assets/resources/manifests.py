@@ -22,6 +22,7 @@ from deltalake.exceptions import TableNotFoundError
 from pydantic import Field
 
 from incremental_assets import previews
+from incremental_assets.delta_tables import data_files
 from incremental_assets.environment import table_uri, warehouse_root
 from incremental_assets.logic.days import DayStatus, mark_processed
 from incremental_assets.logic.limits import Cursor, ManifestEntry, RunLimits
@@ -201,7 +202,7 @@ class ManifestResource(ConfigurableResource):
         }
 
     def _recent_files(self, since: date) -> int:
-        files = pa.table(DeltaTable(self.uri(RUN_LOG)).get_add_actions(flatten=True))
+        files = data_files(DeltaTable(self.uri(RUN_LOG)))
         return sum(1 for day in files.column("partition.day").to_pylist() if day >= since)
 
     def appended_here(self, run_id: str) -> list[dict]:

@@ -2,24 +2,28 @@
 that the next runs rebuild them from start_date. Only with `allow_refresh`; otherwise a clear error,
 and nothing is dropped.
 
+Two ways in: `incremental-assets refresh` (empties, then runs until caught up), and `refresh_job`
+from the launchpad with `allow_refresh: true` in the settings' config (empties; the source sensor
+then requests incremental runs until the rebuild is caught up).
+
 Rows are deleted (deltalake, no JVM), not directories: tables keep their schema, properties and
 history, object stores need no file-system calls, and the daily manifest's record of the
 filtered_events version it has counted stays true (the rebuild's inserts come after it). The
 run log is kept, and the refresh holds its lease while it deletes.
 """
 
-from __future__ import annotations
-
 from uuid import uuid4
 
-from dagster import DagsterInstance
+from dagster import DagsterInstance, Failure, Nothing, OpExecutionContext, Out, Output, job, op
 from deltalake import DeltaTable
 
 from incremental_assets.delta_tables import deltalake_reads
+from incremental_assets.jobs import WAREHOUSE_WRITER_TAGS
 from incremental_assets.logic.run_log import PROCESSED
+from incremental_assets.previews import markdown_table
 from incremental_assets.names import BASE_GROUP, DAILY_GROUP, INCREMENTAL_GROUP, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import DAILY_MANIFEST, INCREMENTAL_MANIFEST, ManifestResource
-from incremental_assets.run_log import alive_in
+from incremental_assets.run_log import alive_in, record_failed
 from incremental_assets.settings import IncrementalSettings
 
 
@@ -38,8 +42,8 @@ def derived_tables(settings: IncrementalSettings) -> list[str]:
     return sorted((assets - {NEW_EVENT_LIMITS}) | {INCREMENTAL_MANIFEST, DAILY_MANIFEST})
 
 
-def refresh(settings: IncrementalSettings, instance: DagsterInstance) -> dict[str, int]:
-    """Empty the derived tables under the run log's lease; rows deleted per table."""
+def refresh(settings: IncrementalSettings, instance: DagsterInstance, run_id: str | None = None) -> dict[str, int]:
+    """Empty the derived tables under the run log's lease (held as `run_id`); rows deleted per table."""
     if not settings.allow_refresh:
         raise RefreshNotAllowed(
             "A full refresh deletes every row of the manifests and of the tables built from the source. "
@@ -47,7 +51,7 @@ def refresh(settings: IncrementalSettings, instance: DagsterInstance) -> dict[st
         )
     manifest = ManifestResource()
     tables = [table for table in derived_tables(settings) if deltalake_reads(manifest.uri(table))]
-    run_id = f"refresh-{uuid4()}"
+    run_id = run_id or f"refresh-{uuid4()}"
     manifest.acquire(run_id, tables, None, alive_in(instance))
     deleted = {}
     for table in tables:
@@ -55,3 +59,25 @@ def refresh(settings: IncrementalSettings, instance: DagsterInstance) -> dict[st
         deleted[table] = int(metrics.get("num_deleted_rows", 0))
         manifest.record(run_id, table, PROCESSED, {"rows_updated": deleted[table]}, message="full refresh: rows deleted")
     return deleted
+
+
+@op(out=Out(Nothing), description="Empty the manifests and every table built from the source (needs allow_refresh).")
+def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> Output:
+    try:
+        deleted = refresh(settings, context.instance, run_id=context.run_id)
+    except RefreshNotAllowed as refused:
+        raise Failure(str(refused), allow_retries=False) from None
+    return Output(None, metadata={
+        "rows_deleted": markdown_table(["table", "rows deleted"], sorted(deleted.items())),
+        "next": f"incremental runs rebuild from start_date {settings.start_date} (the source sensor requests them)",
+    })
+
+
+@job(
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks={record_failed},
+    description="Full refresh: empties the manifests and derived tables, refused unless the launchpad sets "
+    "resources.settings.config.allow_refresh: true; incremental runs then rebuild from start_date.",
+)
+def refresh_job():
+    full_refresh()

@@ -1,6 +1,8 @@
 """Sensors read Delta logs without a JVM (deltalake); they never start Spark."""
 
 from dagster import (
+    AssetKey,
+    DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -12,7 +14,8 @@ from dagster import (
 
 from incremental_assets.assets.daily import days_window_tags, requested_day_ranges
 from incremental_assets.jobs import daily_job, incremental_job
-from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
+from incremental_assets.names import EVENTS_THIS_RUN
+from incremental_assets.resources.manifests import DAILY_MANIFEST, INCREMENTAL_MANIFEST, ManifestResource
 from incremental_assets.environment import source_table_uri
 from incremental_assets.previews import table_version
 
@@ -23,19 +26,36 @@ ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatu
     job=incremental_job,
     minimum_interval_seconds=60,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Requests an incremental run when the source events table has a new Delta version.",
+    description="Requests an incremental run when the source events table has a new Delta version, and "
+    "then more, one at a time, until a run is caught up (a backlog, a first load, a full refresh).",
 )
 def source_events_sensor(context: SensorEvaluationContext):
     version = table_version(source_table_uri())
     if version is None:
         return SkipReason(f"No source table at {source_table_uri()} yet")
-    if context.cursor is not None and int(context.cursor) >= version:
-        return SkipReason(f"Source unchanged since version {version}")
     active = context.instance.get_runs(filters=RunsFilter(job_name=incremental_job.name, statuses=ACTIVE), limit=1)
     if active:
         return SkipReason(f"Run {active[0].run_id} is still processing; the next check will pick up version {version}")
-    context.update_cursor(str(version))
-    return RunRequest(run_key=f"source-version-{version}")
+    if context.cursor is None or int(context.cursor) < version:
+        context.update_cursor(str(version))
+        return RunRequest(run_key=f"source-version-{version}")
+    behind = catch_up_key(context.instance, ManifestResource())
+    if behind:
+        return RunRequest(run_key=behind)
+    return SkipReason(f"Source unchanged since version {version}, and the last run was caught up")
+
+
+def catch_up_key(instance: DagsterInstance, manifest: ManifestResource) -> str | None:
+    """The run key of the next catch-up run, or None when none is due: the latest run's batch had
+    source events past its window, or a full refresh emptied the manifest. Each key is requested once."""
+    latest = instance.get_latest_materialization_event(AssetKey(EVENTS_THIS_RUN))
+    if latest is not None and latest.asset_materialization.metadata.get("caught_up") is not None:
+        if not latest.asset_materialization.metadata["caught_up"].value:
+            return f"catch-up-after-{latest.run_id}"
+    emptied = table_version(manifest.uri(INCREMENTAL_MANIFEST))
+    if latest is not None and emptied is not None and not manifest.entries():
+        return f"rebuild-after-manifest-v{emptied}"
+    return None
 
 
 @sensor(

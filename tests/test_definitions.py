@@ -2,6 +2,9 @@
 
 import subprocess
 import sys
+from datetime import datetime
+
+from deltalake import DeltaTable
 
 from incremental_assets.definitions import defs
 from incremental_assets.names import INCREMENTAL_JOB
@@ -81,6 +84,40 @@ def test_source_sensor_waits_while_an_incremental_run_is_in_flight_then_requests
     after = build_sensor_context(instance=instance, cursor=busy.cursor)
     request = source_events_sensor(after)
     assert isinstance(request, RunRequest) and request.run_key == "source-version-2" and after.cursor == "2"
+
+
+def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_after_a_refresh(spark, warehouse):
+    from dagster import AssetMaterialization, DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.environment import source_table_uri
+    from incremental_assets.logic.limits import BatchStats, Cursor, RunLimits, RunState
+    from incremental_assets.names import EVENTS_THIS_RUN
+    from incremental_assets.resources.manifests import ManifestResource
+    from incremental_assets.sensors import source_events_sensor
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+
+    def tick(caught_up: bool | None = None):
+        if caught_up is not None:  # what an incremental run's batch recorded
+            instance.report_runless_asset_event(AssetMaterialization(EVENTS_THIS_RUN, metadata={"caught_up": caught_up}))
+        return source_events_sensor(build_sensor_context(instance=instance, cursor="0"))
+
+    # The source is unchanged (cursor at its version 0): a run that left events past its window asks for
+    # another, keyed by that run, so each is requested once; a caught-up run asks for none.
+    behind = tick(caught_up=False)
+    assert isinstance(behind, RunRequest) and behind.run_key.startswith("catch-up-after-")
+    assert isinstance(tick(caught_up=True), SkipReason)
+
+    # A full refresh empties the manifest: one rebuild run, keyed by the manifest's version.
+    manifest = ManifestResource()
+    moment = datetime(2024, 3, 1)
+    limits = RunLimits(RunState.FIRST_RUN, moment, moment, moment)
+    manifest.advance(Cursor("filtered_events", None, BatchStats(limits, 1, moment, None)), "run")
+    assert isinstance(tick(), SkipReason)
+    DeltaTable(manifest.uri("incremental_manifest")).delete()
+    rebuild = tick()
+    assert isinstance(rebuild, RunRequest) and rebuild.run_key == "rebuild-after-manifest-v1"
 
 
 def _run_success(run):

@@ -10,7 +10,9 @@ from incremental_assets import delta_tables, environment
 from incremental_assets.cli import main
 from incremental_assets.refresh import RefreshNotAllowed, derived_tables, refresh
 from incremental_assets.resources.manifests import ManifestResource
-from incremental_assets.runner import run_until_caught_up
+from incremental_assets.definitions import build_definitions
+from incremental_assets.refresh import refresh_job
+from incremental_assets.runner import run_until_caught_up, settings_run_config
 from incremental_assets.sample.generator import SampleParams
 from incremental_assets.sample.stream import generate_stream
 from incremental_assets.settings import IncrementalSettings
@@ -37,13 +39,19 @@ def test_refresh_is_refused_without_allow_refresh_then_rebuilds_the_same_tables(
     assert main(["refresh", "--set", "allow_refresh=false"]) == 2 and "allow_refresh" in capsys.readouterr().err
     assert _tables(spark, warehouse) == before and ManifestResource().entries()
 
+    # From the launchpad: refresh_job, refused with the same message, then allowed by its config.
+    job = build_definitions(settings).resolve_job_def(refresh_job.name)
+    refused = job.execute_in_process(run_config=settings_run_config(settings), instance=instance, raise_on_error=False)
+    assert not refused.success and "Nothing was dropped" in str(refused.all_events)
+    assert _tables(spark, warehouse) == before
+
     allowed = settings.model_copy(update={"allow_refresh": True})
-    deleted = refresh(allowed, instance)
+    launched = job.execute_in_process(run_config=settings_run_config(allowed), instance=instance)
+    deleted = {r["asset"]: r["rows"] for r in ManifestResource().run_log(run_id=launched.run_id) if r["status"] == "Processed"}
     assert set(deleted) == set(derived_tables(settings)) and "new_event_limits" not in deleted
     assert deleted["filtered_events"] == len(before["filtered_events"])
     assert all(not rows for rows in _tables(spark, warehouse).values())
     assert not ManifestResource().entries() and not ManifestResource().days()
-    assert {r["asset"] for r in ManifestResource().run_log() if r["run_id"].startswith("refresh-")} == set(deleted)
 
     assert all(s.success for s in run_until_caught_up(allowed, report=lambda s: None, now=NOW, instance=instance))
     assert _tables(spark, warehouse) == before

@@ -3,7 +3,8 @@ vacuum the files no version within the retention still needs.
 
 Off by default: its daily schedule (schedules.py) is stopped until you start it. A pass holds the run log's
 lease (maintenance must not race a run's MERGE) and records each table's files before and after.
-Compaction is OPTIMIZE on the partitions that gained files since the table's last OPTIMIZE.
+Compaction is OPTIMIZE on the partitions that gained files since the table's last OPTIMIZE,
+Z-ordered by the columns `maintenance_zorder_by` names for a table (the ones its readers filter by).
 VACUUM keeps `maintenance_retention_hours` of history, never less than Delta's own default of
 seven days, and leaves filtered_events alone while the daily manifest still has to read the change
 feed of a version older than that.
@@ -14,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import Nothing, OpExecutionContext, Out, Output, job, op
+from dagster import Failure, Nothing, OpExecutionContext, Out, Output, job, op
 from delta.tables import DeltaTable as SparkDeltaTable
 from deltalake import DeltaTable
 
@@ -66,13 +67,15 @@ def oldest_unread_change(manifest: ManifestResource) -> datetime | None:
     return datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
 
 
-def maintain(spark, manifest: ManifestResource, table_name: str, retention_hours: float, now: datetime) -> TablePass:
+def maintain(
+    spark, manifest: ManifestResource, table_name: str, retention_hours: float, now: datetime, zorder_by: list[str] = ()
+) -> TablePass:
     uri = manifest.uri(table_name)
     table = DeltaTable(uri)
     before = len(table.file_uris())
     new_files, first_partition = new_files_since_last_optimize(table)
     compacted = None
-    if new_files:  # OPTIMIZE leaves a partition holding a single file as it is
+    if new_files:  # compaction leaves a partition holding a single file as it is; Z-ordering rewrites it
         optimize = SparkDeltaTable.forPath(spark, uri).optimize()
         column = table.metadata().partition_columns[:1]
         if column and first_partition is not None:
@@ -81,7 +84,10 @@ def maintain(spark, manifest: ManifestResource, table_name: str, retention_hours
             compacted = _literal(first_partition)
         else:
             compacted = "all"
-        optimize.executeCompaction()
+        if zorder_by:
+            optimize.executeZOrderBy(*zorder_by)
+        else:
+            optimize.executeCompaction()
     note, vacuumed = "", True
     if table_name == FILTERED_EVENTS:
         unread = oldest_unread_change(manifest)
@@ -107,12 +113,17 @@ def maintain_tables(
     context: OpExecutionContext, spark: SparkResource, manifest: ManifestResource, settings: IncrementalSettings
 ) -> Output:
     retention = settings.maintenance_retention_hours
-    tables = [name for name in maintained_tables(settings) if deltalake_reads(manifest.uri(name))]
+    known = maintained_tables(settings)
+    unknown = sorted(set(settings.maintenance_zorder_by) - set(known))
+    if unknown:
+        raise Failure(f"maintenance_zorder_by names {unknown}, which are not warehouse tables; known: {known}")
+    tables = [name for name in known if deltalake_reads(manifest.uri(name))]
     run_id = context.run_id
     manifest.acquire(run_id, tables, None, alive_in(context.instance))
     passes = []
     for name in tables:  # a failure closes what is still open: the job's failure hook
-        result = maintain(spark.spark_session, manifest, name, retention, datetime.now(timezone.utc).replace(tzinfo=None))
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        result = maintain(spark.spark_session, manifest, name, retention, now, settings.maintenance_zorder_by.get(name, []))
         passes.append(result)
         manifest.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
     columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]

@@ -98,6 +98,11 @@ class IncrementalSettings(ConfigurableResource):
     maintenance_retention_hours: float = Field(
         default=168, description="History table maintenance keeps (VACUUM retention; >= 168, Delta's own minimum)"
     )
+    maintenance_zorder_by: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Tables whose compaction Z-orders their files by these columns, e.g. "
+        "{sessions_lifecycle_manifest: [session_identifier]} (columns that keep statistics; default plain compaction)",
+    )
     attributes_reference_date: str | None = Field(
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
     )
@@ -143,6 +148,9 @@ class IncrementalSettings(ConfigurableResource):
                 f"maintenance_retention_hours must be >= 168 (got {self.maintenance_retention_hours}): the daily "
                 "layer's change-feed reads and time travel need a week of history"
             )
+        for table, columns in self.maintenance_zorder_by.items():
+            if not columns or not all(isinstance(c, str) and c for c in columns):
+                problems.append(f"maintenance_zorder_by: {table} needs a list of column names (got {columns!r})")
         if self.session_timestamp not in SESSION_TIMESTAMPS:
             problems.append(f"session_timestamp must be one of {', '.join(SESSION_TIMESTAMPS)} (got {self.session_timestamp!r})")
         for name in ("session_identifiers", "user_identifiers"):

@@ -69,3 +69,23 @@ def test_filtered_events_keep_their_change_feed_until_the_daily_manifest_has_rea
 def test_a_retention_shorter_than_a_week_is_refused_before_anything_runs():
     with pytest.raises(SettingsError, match="maintenance_retention_hours must be >= 168"):
         IncrementalSettings(maintenance_retention_hours=24)
+
+
+def test_a_table_named_in_maintenance_zorder_by_is_z_ordered_and_an_unknown_one_is_refused(spark, warehouse):
+    uri = f"{warehouse}/sessions_lifecycle_manifest"
+    schema = "session_identifier string, start_date date"
+    for i in range(3):
+        rows = spark.createDataFrame([(f"s{i}", date(2024, 3, 1))], schema)
+        delta_tables.write(spark, rows, uri, WriteMode.APPEND, partition_by=["start_date"])
+    zorder = {"sessions_lifecycle_manifest": ["session_identifier"]}
+    assert _maintain(IncrementalSettings(start_date="2024-03-01", maintenance_zorder_by=zorder))["files_after"] == 1
+    [optimized] = [c for c in DeltaTable(uri).history() if c["operation"] == "OPTIMIZE"]
+    assert "session_identifier" in optimized["operationParameters"]["zOrderBy"]
+
+    unknown = IncrementalSettings(start_date="2024-03-01", maintenance_zorder_by={"no_such_table": ["x"]})
+    result = build_definitions(unknown).resolve_job_def("maintenance_job").execute_in_process(
+        instance=DagsterInstance.ephemeral(), raise_on_error=False
+    )
+    assert not result.success and "no_such_table" in str(result.all_events)
+    with pytest.raises(SettingsError, match="maintenance_zorder_by"):
+        IncrementalSettings(maintenance_zorder_by={"filtered_events": []})

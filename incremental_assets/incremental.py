@@ -11,7 +11,9 @@ chain), then every incremental asset selected consumes that batch. Declaring you
 It receives only this run's events (all events of every session touched, within the session
 cap) and the run's limits (and the settings, if it takes a `settings` argument), and returns a
 DataFrame (or an `Output` of one, with metadata) that the Delta IO manager writes in the declared
-mode. It is tracked in the incremental manifest, skipped when already ahead, and backfilled from
+mode. Its rows are taken to be at most one per event it received (as aggregates and filters
+are), which lets a small MERGE run without Spark; a build that makes more says so in its Output's
+metadata: `rows_at_most` (a bound, or None). It is tracked in the incremental manifest, skipped when already ahead, and backfilled from
 start_date when it is new (state 2), without further code.
 """
 
@@ -19,11 +21,11 @@ start_date when it is new (state 2), without further code.
 import inspect
 from typing import Callable
 
-from dagster import AssetExecutionContext, AssetIn
+from dagster import AssetExecutionContext, AssetIn, Output
 from pyspark.sql import DataFrame
 
 from incremental_assets.assets import spark_delta_asset
-from incremental_assets.io_managers.delta import Progress, delta_table
+from incremental_assets.io_managers.delta import ROWS_AT_MOST, Progress, delta_table
 from incremental_assets.logic.limits import Cursor
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_GROUP, INCREMENTAL_TAG
 from incremental_assets.resources.manifests import ManifestResource
@@ -79,7 +81,11 @@ def incremental_asset(
                 context.log.info(f"No eligible events between {batch.limits.lower} and {batch.limits.upper}")
                 return None
             extra = {"settings": settings} if takes_settings else {}
-            return build(batch.events, batch.limits, **extra)
+            built = build(batch.events, batch.limits, **extra)
+            output = built if isinstance(built, Output) else Output(built)
+            # One row per event at most (aggregates and filters), unless the build says otherwise.
+            bound = {ROWS_AT_MOST: batch.stats.events_found} if ROWS_AT_MOST not in output.metadata else {}
+            return output.with_metadata({**output.metadata, **bound})
 
         return _incremental
 

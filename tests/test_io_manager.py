@@ -275,3 +275,42 @@ def test_statistics_are_kept_only_for_the_declared_columns(spark, spark_resource
     assert not [c for c in files["scratch"].column_names if c.startswith(("min.", "max."))]
     assert [c for c in files["kept"].column_names if c.startswith(("min.", "max."))] == ["min.value", "max.value"]
     assert files["kept"].column("min.value").to_pylist() == ["a"]
+
+
+@pytest.mark.parametrize("mode", ["merge_insert", "upsert"])
+def test_a_small_merge_by_deltalake_leaves_what_sparks_merge_leaves(spark, warehouse, mode):
+    """rows_at_most under SMALL_MERGE_ROWS: the same rows, metrics and transaction rule, without Spark's MERGE."""
+    stored = spark.createDataFrame([(1, "old", date(2024, 1, 1)), (2, "old", date(2024, 1, 2))], "id int, value string, d date")
+    later = spark.createDataFrame(
+        [(2, "new", date(2024, 1, 2)), (3, "new", date(2024, 1, 3))] + ([(3, "new", date(2024, 1, 3))] if mode == "merge_insert" else []),
+        "id int, value string, d date",
+    )
+    results = {}
+    for engine, bound in (("spark", None), ("deltalake", 10)):
+        uri = f"{warehouse}/{engine}"
+        delta_tables.write(spark, stored, uri, WriteMode(mode), ["id"], ["d"])
+        write = delta_tables.write(
+            spark, later, uri, WriteMode(mode), ["id"], ["d"], merge_floor=("d", date(2024, 1, 2)), txn=Txn("run-2"), rows_at_most=bound
+        )
+        again = delta_tables.write(spark, later, uri, WriteMode(mode), ["id"], ["d"], txn=Txn("run-2"), rows_at_most=bound)
+        assert again.skipped and delta_tables.table_version(uri) == write.version
+        results[engine] = (_rows(spark, uri, "id", "value", "d"), write.rows_inserted, write.rows_updated)
+    assert results["deltalake"] == results["spark"]
+    kept = "new" if mode == "upsert" else "old"
+    assert results["spark"] == ([(1, "old", date(2024, 1, 1)), (2, kept, date(2024, 1, 2)), (3, "new", date(2024, 1, 3))], 1, int(mode == "upsert"))
+
+
+def test_a_small_merge_refuses_an_upsert_with_a_shared_key_and_its_inserts_reach_the_change_feed(spark, warehouse):
+    uri = f"{warehouse}/by_day"
+    schema = "id int, d date"
+    delta_tables.create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["d"])
+    delta_tables.write(spark, spark.createDataFrame([(1, date(2024, 1, 1))], schema), uri, WriteMode.MERGE_INSERT, ["id"], ["d"])
+    later = spark.createDataFrame([(1, date(2024, 1, 1)), (2, date(2024, 1, 2))], schema)
+    merged = delta_tables.write(spark, later, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], rows_at_most=2)
+    assert merged.rows_inserted == 1
+    assert [r.id for r in delta_tables.inserted_rows(spark, uri, merged.version).collect()] == [2]
+
+    clash = spark.createDataFrame([(5, date(2024, 1, 5)), (5, date(2024, 1, 6))], schema)
+    with pytest.raises(DeltaWriteError, match="several rows share the key"):
+        delta_tables.write(spark, clash, uri, WriteMode.UPSERT, ["id"], ["d"], rows_at_most=2)
+    assert delta_tables.table_version(uri) == merged.version

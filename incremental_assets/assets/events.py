@@ -11,7 +11,7 @@ from incremental_assets import delta_tables
 from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.environment import table_uri
 from incremental_assets.incremental import incremental_asset
-from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR
+from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, ROWS_AT_MOST
 from incremental_assets.logic.limits import RunLimits
 from incremental_assets.names import FILTERED_EVENTS, LIFECYCLE
 from incremental_assets.resources.spark import SparkResource
@@ -54,7 +54,7 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     # A stored copy of an event lies within upsert_lookback_days of the new one: prune the MERGE there.
     floor = counts["first_day"] - timedelta(days=settings.upsert_lookback_days)
     rows = events.where(kept).withColumn("event_date", F.to_date("derived_tstamp"))
-    return Output(rows, metadata={**metadata, MERGE_TARGET_FLOOR: floor.isoformat()})
+    return Output(rows, metadata={**metadata, MERGE_TARGET_FLOOR: floor.isoformat(), ROWS_AT_MOST: counts["offered"]})
 
 
 EVENT_ID_UNIQUE = AssetCheckSpec(

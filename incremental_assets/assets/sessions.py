@@ -23,7 +23,7 @@ from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
 from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.environment import source_table_uri, table_uri
 from incremental_assets.incremental import incremental_asset
-from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, delta_table
+from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, ROWS_AT_MOST, delta_table
 from incremental_assets.logic.limits import BatchStats, RunLimits
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.spark import SparkResource
@@ -89,7 +89,7 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
     if changed["first_day"] is not None:
         # A change starts no later than the stored row it updates: the MERGE reads from its first day on.
         metadata[MERGE_TARGET_FLOOR] = changed["first_day"].isoformat()
-    return Output(changes, metadata=metadata)
+    return Output(changes, metadata={**metadata, ROWS_AT_MOST: changed["n"]})
 
 
 @asset_check(
@@ -145,7 +145,7 @@ def session_batch(
     quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
     at_cap = quarantine.count()  # on the cached sessions: cheaper than an empty MERGE
     write = must_write(spark.spark_session, at_cap, QUARANTINE)
-    yield Output(quarantine if write else None, QUARANTINE, metadata={"sessions_at_their_cap": at_cap})
+    yield Output(quarantine if write else None, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = delta_tables.read_table(spark.spark_session, source_table_uri())
     events = T.session_events(source, active, settings)

@@ -64,6 +64,7 @@ METADATA_KEY = "delta_table"
 # Output metadata an asset may attach to steer its write (shown in the UI as well):
 MERGE_TARGET_FLOOR = "merge_target_floor"  # ISO date: a MERGE reads only target rows with partition >= it
 EVENTS_PER_DAY = "events_per_day"  # {day: events} of a progress=daily write, recorded as processed
+ROWS_AT_MOST = "rows_at_most"  # a bound on the rows returned: a small MERGE runs in deltalake, no Spark job
 
 
 class Progress(str, Enum):
@@ -220,7 +221,7 @@ class DeltaIOManager(ConfigurableIOManager):
         txn = self._txn(context)
         result = delta_tables.write(
             spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn,
-            known_empty=known_empty, properties=properties,
+            known_empty=known_empty, properties=properties, rows_at_most=_value(context.output_metadata.get(ROWS_AT_MOST)),
         )
         if frame.is_cached:  # cached by its asset for the stats it computed; written now
             frame.unpersist()

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test bench ui clean
+.PHONY: setup demo test bench bench-maintenance ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -29,6 +29,11 @@ test: setup
 # benchmarks/results.md and benchmarks/results.json.
 bench: setup
 	$(BIN)/python benchmarks/bench.py --size $(or $(BENCH_SIZE),small)
+
+# 50 small runs, then the maintenance job: files, read times and rows before and after
+# (benchmarks/results/maintenance.json).
+bench-maintenance: setup
+	$(BIN)/python benchmarks/maintenance.py --runs 50
 
 ui: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

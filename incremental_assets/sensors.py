@@ -46,11 +46,14 @@ def source_events_sensor(context: SensorEvaluationContext):
 
 
 def catch_up_key(instance: DagsterInstance, manifest: ManifestResource) -> str | None:
-    """The run key of the next catch-up run, or None when none is due: the latest run's batch had
-    source events past its window, or a full refresh emptied the manifest. Each key is requested once."""
+    """The run key of the next catch-up run, or None when none is due: the latest run succeeded and
+    its batch had source events past its window, or a full refresh emptied the manifest. Each key is
+    requested once; a failed run is not retried from here (its failure is what to look at)."""
     latest = instance.get_latest_materialization_event(AssetKey(EVENTS_THIS_RUN))
-    if latest is not None and latest.asset_materialization.metadata.get("caught_up") is not None:
-        if not latest.asset_materialization.metadata["caught_up"].value:
+    caught_up = latest.asset_materialization.metadata.get("caught_up") if latest is not None else None
+    if caught_up is not None and not caught_up.value:
+        run = instance.get_run_by_id(latest.run_id)
+        if run is None or run.status == DagsterRunStatus.SUCCESS:
             return f"catch-up-after-{latest.run_id}"
     emptied = table_version(manifest.uri(INCREMENTAL_MANIFEST))
     if latest is not None and emptied is not None and not manifest.entries():

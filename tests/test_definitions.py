@@ -87,7 +87,9 @@ def test_source_sensor_waits_while_an_incremental_run_is_in_flight_then_requests
 
 
 def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_after_a_refresh(spark, warehouse):
-    from dagster import AssetMaterialization, DagsterInstance, RunRequest, SkipReason, build_sensor_context
+    from dagster import (
+        AssetMaterialization, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context,
+    )
 
     from incremental_assets.environment import source_table_uri
     from incremental_assets.logic.limits import BatchStats, Cursor, RunLimits, RunState
@@ -109,6 +111,11 @@ def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_afte
     assert isinstance(behind, RunRequest) and behind.run_key.startswith("catch-up-after-")
     assert isinstance(tick(caught_up=True), SkipReason)
 
+    # A run that failed after its batch is not retried from here, whatever its batch said.
+    failed = instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="failed-run", status=DagsterRunStatus.FAILURE))
+    _store_materialization(instance, failed.run_id, AssetMaterialization(EVENTS_THIS_RUN, metadata={"caught_up": False}))
+    assert isinstance(source_events_sensor(build_sensor_context(instance=instance, cursor="0")), SkipReason)
+
     # A full refresh empties the manifest: one rebuild run, keyed by the manifest's version.
     manifest = ManifestResource()
     moment = datetime(2024, 3, 1)
@@ -118,6 +125,22 @@ def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_afte
     DeltaTable(manifest.uri("incremental_manifest")).delete()
     rebuild = tick()
     assert isinstance(rebuild, RunRequest) and rebuild.run_key == "rebuild-after-manifest-v1"
+
+
+def _store_materialization(instance, run_id, materialization):
+    import time
+
+    from dagster import DagsterEvent, DagsterEventType
+    from dagster._core.events import StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+
+    event = DagsterEvent(
+        DagsterEventType.ASSET_MATERIALIZATION.value, job_name=INCREMENTAL_JOB,
+        event_specific_data=StepMaterializationData(materialization),
+    )
+    instance.store_event(EventLogEntry(
+        error_info=None, level="debug", user_message="", run_id=run_id, timestamp=time.time(), dagster_event=event
+    ))
 
 
 def _run_success(run):

@@ -278,7 +278,10 @@ def run_events(spark) -> dict:
         event("b1", "05 12:00", domain_sessionid="S2", domain_userid="U2"),
         event("x1", "03 00:00", domain_sessionid="S9"),
     ])
-    return {r.event_id: r for r in T.session_events(source, sessions, settings).collect()}
+    sessions = sessions.withColumn("lifecycle_end_tstamp", F.col("end_tstamp"))
+    span = T.sessions_span(sessions, 3)
+    assert (span["sessions"], span["at_cap"], span["lo"], span["hi"]) == (2, 1, t("02 10:00"), t("06 00:00"))
+    return {r.event_id: r for r in T.session_events(source, sessions, settings, span).collect()}
 
 
 def test_session_events_are_this_runs_sessions_within_their_caps(run_events):

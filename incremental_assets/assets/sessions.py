@@ -142,13 +142,13 @@ def session_batch(
     """The sessions active in the window, computed once: the ones to quarantine, and all their events."""
     ts = settings.session_timestamp
     active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days).cache()
-    quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
-    at_cap = quarantine.count()  # on the cached sessions: cheaper than an empty MERGE
-    write = must_write(spark.spark_session, at_cap, QUARANTINE)
-    yield Output(quarantine if write else None, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
+    span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
+    at_cap = span["at_cap"]
+    quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now) if must_write(spark.spark_session, at_cap, QUARANTINE) else None
+    yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = delta_tables.read_table(spark.spark_session, source_table_uri())
-    events = T.session_events(source, active, settings)
+    events = T.session_events(source, active, settings, span)
     # Not cached: these stats need a few narrow columns, which Spark reads and dedupes far cheaper
     # than it would cache every column of a big batch before the write reads it once.
     found = events.agg(
@@ -156,7 +156,7 @@ def session_batch(
         F.max(ts).alias("batch_max"),
         F.sum(F.col(T.COPIES) - 1).alias("duplicates"),
         F.count_distinct(T.SESSION).alias("sessions"),
-    ).first()
+    ).first() if span["sessions"] else {"n": 0, "batch_max": None, "duplicates": 0, "sessions": 0}
     stats = BatchStats(limits, found["n"], found["batch_max"], T.next_event_after(source, ts, limits.upper, limits.now))
     if stats.events_found == 0:
         context.log.info(f"No eligible events between {limits.lower} and {limits.upper}")

@@ -173,24 +173,36 @@ def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, ma
     )
 
 
+def _reached_cap(max_session_days: int) -> Column:
+    return F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + F.expr(f"INTERVAL {int(max_session_days)} DAYS")
+
+
 def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
     """Sessions whose end reached start + MSD days: they will never be extended again."""
-    cap = F.expr(f"INTERVAL {int(max_session_days)} DAYS")
-    return sessions.where(F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + cap).select(
-        SESSION, F.lit(quarantined_at).alias("quarantined_at")
-    )
+    return sessions.where(_reached_cap(max_session_days)).select(SESSION, F.lit(quarantined_at).alias("quarantined_at"))
 
 
-def session_events(source: DataFrame, sessions: DataFrame, settings: IncrementalSettings) -> DataFrame:
-    """All events of this run's sessions within their caps, one row per event_id.
+def sessions_span(sessions: DataFrame, max_session_days: int):
+    """In one pass over this run's sessions: how many, how many reached their cap, and the span
+    [lo, hi] of cursor values their events can have (None, None without sessions)."""
+    return sessions.agg(
+        F.count(F.lit(1)).alias("sessions"),
+        F.count_if(_reached_cap(max_session_days)).alias("at_cap"),
+        F.min("start_tstamp").alias("lo"),
+        F.max("end_tstamp").alias("hi"),
+    ).first()
+
+
+def session_events(source: DataFrame, sessions: DataFrame, settings: IncrementalSettings, span) -> DataFrame:
+    """All events of this run's sessions (`sessions_this_run`, with their `sessions_span`) within
+    their caps, one row per event_id.
 
     The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
     COPIES counts how many rows shared the event_id (1: no duplicate).
     """
     ts = settings.session_timestamp
-    bounds = sessions.agg(F.min("start_tstamp").alias("lo"), F.max("end_tstamp").alias("hi")).first()
     cap = F.expr(f"INTERVAL {int(settings.max_session_days)} DAYS")
-    candidates = source.where(F.lit(False)) if bounds["lo"] is None else in_cursor_range(source, ts, bounds["lo"], bounds["hi"])
+    candidates = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, ts, span["lo"], span["hi"])
     events = (
         candidates.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
         .withColumn(SESSION, session_id(settings))

@@ -13,8 +13,8 @@ cap) and the run's limits (and the settings, if it takes a `settings` argument),
 DataFrame (or an `Output` of one, with metadata) that the Delta IO manager writes in the declared
 mode. Its rows are taken to be at most one per event it received (as aggregates and filters
 are), which lets a small MERGE run without Spark; a build that makes more says so in its Output's
-metadata: `rows_at_most` (a bound, or None). It is tracked in the incremental manifest, skipped when already ahead, and backfilled from
-start_date when it is new (state 2), without further code.
+metadata: `rows_at_most` (a bound, or None). It is tracked in the incremental manifest, skipped
+when already ahead, and backfilled from start_date when it is new (state 2), without further code.
 """
 
 

@@ -144,7 +144,9 @@ def session_batch(
     active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days).cache()
     span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
     at_cap = span["at_cap"]
-    quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now) if must_write(spark.spark_session, at_cap, QUARANTINE) else None
+    quarantine = None
+    if must_write(spark.spark_session, at_cap, QUARANTINE):
+        quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = delta_tables.read_table(spark.spark_session, source_table_uri())

@@ -140,7 +140,7 @@ def run_days(settings: IncrementalSettings, first: date, last: date, instance: D
 
 def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
     """What the daily sensor does, in-process: one run per range of days marked to_process."""
-    return [run_days(settings, first, last, instance) for first, last in requested_day_ranges(ManifestResource().days())]
+    return [run_days(settings, first, last, instance) for first, last in requested_day_ranges(ManifestResource().days(), utcnow().date())]
 
 
 def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -> list[RunSummary]:

@@ -18,6 +18,7 @@ from incremental_assets.names import EVENTS_THIS_RUN
 from incremental_assets.resources.manifests import DAILY_MANIFEST, INCREMENTAL_MANIFEST, ManifestResource
 from incremental_assets.environment import source_table_uri
 from incremental_assets.previews import table_version
+from incremental_assets.utc import utcnow
 
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
@@ -71,7 +72,7 @@ def catch_up_key(instance: DagsterInstance, manifest: ManifestResource) -> str |
 def daily_partitions_sensor(context: SensorEvaluationContext):
     manifest = ManifestResource()
     version = table_version(manifest.uri(DAILY_MANIFEST))
-    ranges = requested_day_ranges(manifest.days())
+    ranges = requested_day_ranges(manifest.days(), utcnow().date())
     if not ranges:
         return SkipReason("No day is marked to_process")
     return [

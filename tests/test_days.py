@@ -135,3 +135,16 @@ def test_arrivals_from_rows_read_as_the_preview_does():
         DayArrivals(date(2024, 3, 1), 2, 2, datetime(2024, 3, 3, 10), 48.0),
         DayArrivals(date(2024, 3, 4), 2, 1, datetime(2024, 3, 5, 2), 2.5),
     ]
+
+
+def test_requested_ranges_stop_at_today_and_today_has_a_partition():
+    """Today's events are aggregated hourly into today's partition; a day after today (events stamped in
+    the future) waits, still to_process, until its partition exists."""
+    from incremental_assets.assets.daily import build_daily_assets, requested_day_ranges
+    from incremental_assets.utc import utcnow
+
+    today = date(2024, 3, 4)
+    days = {date(2024, 3, d): DayStatus(date(2024, 3, d), status=TO_PROCESS) for d in (2, 3, 4, 5)}
+    assert requested_day_ranges(days, today) == [(date(2024, 3, 2), date(2024, 3, 4))]
+    partitions = build_daily_assets(date(2024, 3, 1)).partitions_def
+    assert partitions.get_last_partition_key() == utcnow().date().isoformat()

@@ -105,8 +105,9 @@ def daily_aggregation_manifest(
 
 
 def build_daily_assets(start_date: date):
-    """daily_aggregates is partitioned by day from the deployment's start_date (from its settings)."""
-    partitions = DailyPartitionsDefinition(start_date=start_date.isoformat(), timezone="UTC")
+    """daily_aggregates is partitioned by day from the deployment's start_date (from its settings)
+    to today: the day in progress has a partition too, which hourly runs keep up to date."""
+    partitions = DailyPartitionsDefinition(start_date=start_date.isoformat(), timezone="UTC", end_offset=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)  # backfill_policy is beta in Dagster 1.13
         return _daily_aggregates(partitions)
@@ -177,9 +178,11 @@ def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkR
     return from_offending_rows(C.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
 
 
-def requested_day_ranges(days: dict[date, DayStatus]) -> list[tuple[date, date]]:
-    """What the daily sensor and `incremental-assets run` request: one run per range of days to process."""
-    return contiguous_ranges(day for day, status in days.items() if status.status == TO_PROCESS)
+def requested_day_ranges(days: dict[date, DayStatus], today: date) -> list[tuple[date, date]]:
+    """What the daily sensor and `incremental-assets run` request: one run per range of days to
+    process, up to today (the last partition). A later day (events stamped in the future) stays
+    to_process until its partition exists."""
+    return contiguous_ranges(day for day, status in days.items() if status.status == TO_PROCESS and day <= today)
 
 
 def days_window_tags(first: date, last: date) -> dict[str, str]:

@@ -205,3 +205,42 @@ def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
     delta_tables.write(spark, rows, bare, WriteMode.APPEND, properties={"delta.dataSkippingNumIndexedCols": "0"})
     assert delta_tables.stored_max(bare, "t").replace(tzinfo=None) == datetime(2024, 1, 3)
     assert delta_tables.stored_max(f"{warehouse}/none", "t") is None
+
+
+def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, warehouse):
+    """The check inside daily_aggregates reads back what is stored for the run's days: here a table
+    planted before (invoked directly, no IO manager writes), 3 events on 1 March against 2 filtered."""
+    from dagster import build_asset_context
+
+    from incremental_assets.assets.daily import build_daily_assets
+
+    settings = IncrementalSettings(start_date="2024-03-01", attributes=[])
+    events = frame(spark, "event_id string, user_identifier string, event_date date, derived_tstamp timestamp", [
+        ("e1", "u1", date(2024, 3, 1), datetime(2024, 3, 1, 1)), ("e2", "u2", date(2024, 3, 1), datetime(2024, 3, 1, 2)),
+    ])
+    daily = build_daily_assets(date(2024, 3, 1))
+
+    def reconcile(stored_counts):
+        rows = spark.createDataFrame(stored_counts, "attribute_key string, event_date date, events long")
+        delta_tables.write(spark, rows, f"{warehouse}/{DAILY_AGGREGATES}", WriteMode.REPLACE)
+        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=events, settings=settings))
+        return outputs[-1]
+
+    clean = reconcile([("u1", date(2024, 3, 1), 1), ("u2", date(2024, 3, 1), 1)])
+    assert clean.passed
+    corrupted = reconcile([("u1", date(2024, 3, 1), 2), ("u2", date(2024, 3, 1), 1)])
+    assert not corrupted.passed
+    assert corrupted.metadata["examples"].value == [{"event_date": "2024-03-01", "aggregated": "3", "filtered_events": "2"}]
+
+
+def test_one_row_per_attribute_key_fails_on_a_key_stored_twice(spark, spark_resource, warehouse):
+    from incremental_assets.assets.daily import one_row_per_attribute_key
+
+    uri = f"{warehouse}/attributes"
+    instance = DagsterInstance.ephemeral()
+    for rows in ([("u1",), ("u2",)], [("u1",)]):  # the second write, a foreign append, repeats u1
+        written = delta_tables.write(spark, spark.createDataFrame(rows, "attribute_key string"), uri, WriteMode.APPEND)
+        _materialized(instance, "attributes", rows_inserted=len(rows), delta_version=written.version, **{"dagster/uri": uri})
+        result = one_row_per_attribute_key(build_op_context(instance=instance), spark=spark_resource)
+        assert result.passed == (rows != [("u1",)])
+    assert result.metadata["examples"].value == [{"attribute_key": "u1", "count": "2"}]

@@ -7,16 +7,24 @@ from typing import Any
 
 from dagster import MetadataValue
 from deltalake import DeltaTable
+from pyarrow.parquet import filters_to_expression
 from deltalake.exceptions import TableNotFoundError
 
 
 def read_rows(uri: str, columns: list[str] | None = None, filters: list | None = None) -> list[dict[str, Any]] | None:
-    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`."""
+    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`.
+
+    Filters on partition columns prune the files read; the others apply to the rows read (files
+    that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare)."""
     try:
         table = DeltaTable(uri)
     except TableNotFoundError:
         return None
-    return table.to_pyarrow_table(columns=columns, filters=filters).to_pylist()
+    partitioned = set(table.metadata().partition_columns)
+    pruning = [f for f in filters or [] if f[0] in partitioned]
+    rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
+    rest = [f for f in filters or [] if f[0] not in partitioned]
+    return (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
 
 
 def table_version(uri: str) -> int | None:

@@ -128,14 +128,33 @@ def test_the_run_log_compacts_its_recent_days_now_and_then(warehouse, monkeypatc
 
     from incremental_assets.resources import manifests
 
-    monkeypatch.setattr(manifests, "COMPACT_FILES", 4)  # records and files alike
+    monkeypatch.setattr(manifests, "COMPACT_FILES", 3)  # records and files alike
     manifest = ManifestResource()
     for run in ("r1", "r2"):
-        manifest.acquire(run, ["a"], None, alive=lambda record: False)  # versions 0, 2
-        manifest.record(run, "a", PROCESSED, {"rows_inserted": 1})      # versions 1, 3
-    manifest.acquire("r3", ["a"], None, alive=lambda record: False)     # a fifth file: compacted
+        manifest.acquire(run, ["a"], None, alive=lambda record: False)  # a file each
+        manifest.record(run, "a", PROCESSED, {"rows_inserted": 1})
+    manifest.acquire("r3", ["a"], None, alive=lambda record: False)     # four files: compacted, then its own
     table = DeltaTable(manifest.uri("run_log"))
-    assert table.history(1)[0]["operation"] == "OPTIMIZE" and len(table.file_uris()) == 1
+    assert [c["operation"] for c in table.history(2)] == ["MERGE", "OPTIMIZE"] and len(table.file_uris()) == 2
     assert [(r["run_id"], r["status"]) for r in manifest.run_log()] == [
         ("r1", PROCESSING), ("r1", PROCESSED), ("r2", PROCESSING), ("r2", PROCESSED), ("r3", PROCESSING)
     ]
+
+
+def test_two_runs_started_at_the_same_moment_one_writes_the_other_is_refused(spark, warehouse, tmp_path):
+    """Two `incremental-assets run` processes at once, on one warehouse and one Dagster instance: both
+    take the lease at their first write (before either starts Spark), Delta lets one commit it, and the
+    other is refused naming it. filtered_events holds each event once."""
+    source = environment.table_uri(environment.SAMPLE_TABLE)
+    generate_stream(spark, source, SampleParams(users=6, days=2, events_per_day=60, start_date=date(2024, 3, 1), seed=5))
+    env = {**os.environ, "INCREMENTAL_ASSETS_START_DATE": "2024-03-01", "DAGSTER_HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    command = [sys.executable, "-m", "incremental_assets", "run"]
+    runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outcomes = sorted((run.wait(timeout=600), run.stdout.read()) for run in runs)
+    assert [code for code, _ in outcomes][0] == 0 and outcomes[1][0] != 0, outcomes
+    assert "is still writing this warehouse" in outcomes[1][1], outcomes[1][1]
+    events = spark.read.format("delta").load(f"{warehouse}/filtered_events")
+    assert events.count() == events.select("event_id").distinct().count() > 0
+    refused = {r["run_id"] for r in ManifestResource().run_log() if (r["message"] or "").startswith("refused: run")}
+    assert len(refused) == 1

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import pyarrow as pa
 from dagster import ConfigurableResource
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from pydantic import Field
 
 from incremental_assets import previews
@@ -34,6 +34,7 @@ DAILY_MANIFEST = "daily_aggregation_manifest"
 RUN_LOG = "run_log"
 LEASE_DAYS = 7  # a lease is looked for among this many days of records: no run lives longer
 COMPACT_FILES = 100  # run_log files in its recent days beyond which a run's lease compacts them
+LEASE_ATTEMPTS = 5  # reads and tries to take the lease, while other writers append meanwhile
 # The run-log rows this process appended, per (table, run): what a run's assets show in their
 # metadata without reading the table back (runs execute in one process: the in-process executor).
 _APPENDED: dict[tuple[str, str], list[dict]] = {}
@@ -148,30 +149,40 @@ class ManifestResource(ConfigurableResource):
         return sorted(rows, key=lambda row: row["recorded_at"])
 
     def acquire(self, run_id: str, assets: list[str], limits: RunLimits | None, alive: Callable[[Record], bool]) -> None:
-        """Record Processing for every asset the run writes: the lease. Leases of runs that are gone
-        are closed as Failed first; if another live run holds the lease, this run's records are
-        closed as Failed and LeaseHeld names the holder."""
-        self._log([self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets])
+        """Record Processing for every asset the run writes: the lease.
+
+        The records commit only if the run log has not changed since this run read it (a Delta MERGE,
+        which conflicts with any append made meanwhile), so of two runs taking it at the same moment
+        one commits and the other reads again and finds it held. Leases of runs that are gone are
+        closed as Failed first; if another live run holds the lease, this run's records are Failed
+        and LeaseHeld names the holder."""
         since = utcnow().date() - timedelta(days=LEASE_DAYS)
-        recent = self.run_log(since=since)
-        if len(recent) > COMPACT_FILES and self._recent_files(since) > COMPACT_FILES:
-            # A file per append would make every lease check list thousands of files (deltalake: no JVM).
-            DeltaTable(self.uri(RUN_LOG)).optimize.compact(partition_filters=[("day", ">=", since.isoformat())])
-        leases = open_leases(_record(row) for row in recent)
-        gone = [record for run, records in leases.items() if run != run_id for record in records if not alive(record)]
-        if gone:
-            self._log([self._row(r.run_id, r.asset, FAILED, None, message=f"recovered by run {run_id}: the run is gone") for r in gone])
-            for record in gone:
-                leases.pop(record.run_id, None)
-        holder = lease_holder(leases)
-        if holder != run_id:
-            message = f"refused: run {holder} holds the run log's lease (it is still processing)"
-            self._log([self._row(run_id, asset, FAILED, limits, message=message) for asset in assets])
-            raise LeaseHeld(
-                f"Run {holder} is still writing this warehouse (its Processing records in {self.uri(RUN_LOG)} "
-                f"have no Processed or Failed yet). Wait for it; if it is dead on another machine, stop it there, "
-                f"then `incremental-assets resolve {holder}`."
-            )
+        for _ in range(LEASE_ATTEMPTS):
+            log = self._run_log_snapshot()
+            recent = log.to_pyarrow_table(filters=[("day", ">=", since)]).to_pylist()
+            if len(recent) > COMPACT_FILES and self._recent_files(since) > COMPACT_FILES:
+                # A file per append would make every lease check list thousands of files (deltalake: no JVM).
+                log.optimize.compact(partition_filters=[("day", ">=", since.isoformat())])
+                continue
+            leases = open_leases(_record(row) for row in recent)
+            others = {run: records for run, records in leases.items() if run != run_id}
+            gone = [record for records in others.values() for record in records if not alive(record)]
+            if gone:
+                self._log([self._row(r.run_id, r.asset, FAILED, None, message=f"recovered by run {run_id}: the run is gone") for r in gone])
+                continue
+            if others:
+                holder = lease_holder(others)
+                message = f"refused: run {holder} holds the run log's lease (it is still processing)"
+                self._log([self._row(run_id, asset, FAILED, limits, message=message) for asset in assets])
+                raise LeaseHeld(
+                    f"Run {holder} is still writing this warehouse (its Processing records in {self.uri(RUN_LOG)} "
+                    f"have no Processed or Failed yet). Wait for it; if it is dead on another machine, stop it there, "
+                    f"then `incremental-assets resolve {holder}`."
+                )
+            processing = [self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets]
+            if self._log(processing, unchanged_since=(log, since)):
+                return
+        raise LeaseHeld(f"Could not take the run log's lease in {LEASE_ATTEMPTS} tries: other writers kept appending to {self.uri(RUN_LOG)}")
 
     def record(self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None) -> None:
         """Close an asset's Processing record with its outcome, its row counts and skip reasons."""
@@ -209,14 +220,34 @@ class ManifestResource(ConfigurableResource):
         """The run's records this process appended, oldest first (no read)."""
         return list(_APPENDED.get((self.uri(RUN_LOG), run_id), []))
 
-    def _log(self, rows: list[dict]) -> None:
+    def _run_log_snapshot(self) -> DeltaTable:
+        """The run log as it is now, created (empty) if it does not exist yet."""
+        try:
+            return DeltaTable(self.uri(RUN_LOG))
+        except TableNotFoundError:
+            write_deltalake(self.uri(RUN_LOG), RUN_LOG_SCHEMA.empty_table(), mode="append", partition_by=["day"])
+            return DeltaTable(self.uri(RUN_LOG))
+
+    def _log(self, rows: list[dict], unchanged_since: tuple[DeltaTable, date] | None = None) -> bool:
+        """Append `rows`; with `unchanged_since` (a snapshot, and the first day it was read from), only
+        if nothing was appended to those days since that snapshot. Whether the rows were committed."""
         if not rows:
-            return
+            return True
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], RUN_LOG_SCHEMA)
         uri = self.uri(RUN_LOG)
-        write_deltalake(uri, data, mode="append", partition_by=["day"])
+        if unchanged_since is None:
+            write_deltalake(uri, data, mode="append", partition_by=["day"])
+        else:
+            snapshot, since = unchanged_since
+            same_row = " AND ".join(f"t.{c} = s.{c}" for c in ("run_id", "asset", "status", "recorded_at"))
+            try:  # an insert that read the recent days: Delta refuses it if another writer appended there
+                snapshot.merge(data, f"t.day >= '{since.isoformat()}' AND {same_row}", source_alias="s", target_alias="t") \
+                    .when_not_matched_insert_all().execute()
+            except CommitFailedError:
+                return False
         for row in rows:
             _APPENDED.setdefault((uri, row["run_id"]), []).append(row)
+        return True
 
     def _upsert(self, table: str, rows: list[dict], schema: pa.Schema, key: str, txn: Transaction | None = None) -> None:
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], schema)

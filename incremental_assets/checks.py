@@ -8,6 +8,7 @@ are declared beside their assets.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
@@ -74,12 +75,13 @@ def late_events_stranded_beyond_horizon(manifest: ManifestResource) -> AssetChec
     "processed event lies within). A manifest ahead of its data would make the next runs skip events.",
 )
 def manifest_consistent_with_tables(manifest: ManifestResource) -> AssetCheckResult:
-    """Reads the manifest's rows and the lifecycle's file statistics: no Spark job."""
+    """Reads the manifest's rows and the lifecycle's file statistics: no Spark job. Delta keeps
+    timestamp statistics to the millisecond, so positions are compared to the millisecond."""
     stored = naive(stored_max(manifest.uri(LIFECYCLE), "end_tstamp"))
     ahead = sorted(
         (entry.model, str(entry.last_success))
         for entry in manifest.entries().values()
-        if entry.last_success is not None and (stored is None or entry.last_success > stored)
+        if entry.last_success is not None and (stored is None or _to_the_millisecond(entry.last_success) > stored)
     )
     return AssetCheckResult(
         passed=not ahead,
@@ -90,3 +92,7 @@ def manifest_consistent_with_tables(manifest: ManifestResource) -> AssetCheckRes
         },
         description=f"{INCREMENTAL_MANIFEST} is past the data stored ({stored}) for {[m for m, _ in ahead]}" if ahead else None,
     )
+
+
+def _to_the_millisecond(moment: datetime) -> datetime:
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)

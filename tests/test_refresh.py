@@ -10,6 +10,7 @@ from incremental_assets import delta_tables, environment
 from incremental_assets.cli import main
 from incremental_assets.refresh import RefreshNotAllowed, derived_tables, refresh
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.checks import manifest_consistent_with_tables
 from incremental_assets.definitions import build_definitions
 from incremental_assets.refresh import refresh_job
 from incremental_assets.runner import run_until_caught_up, settings_run_config
@@ -33,6 +34,7 @@ def test_refresh_is_refused_without_allow_refresh_then_rebuilds_the_same_tables(
     assert all(s.success for s in run_until_caught_up(settings, report=lambda s: None, now=NOW, instance=instance))
     before = _tables(spark, warehouse)
     assert before["filtered_events"] and before["daily_aggregates"]
+    assert manifest_consistent_with_tables(manifest=ManifestResource()).passed  # on real runs' microseconds
 
     with pytest.raises(RefreshNotAllowed, match="Nothing was dropped"):
         refresh(settings, instance)

@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Debian's Chromium, for the browser test (tests/test_ui_browser.py).
+CHROMIUM := /usr/bin/chromium
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup demo test bench bench-maintenance ui clean
@@ -22,8 +24,15 @@ demo: setup
 	$(BIN)/incremental-assets demo
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
-test: setup
+test: setup $(CHROMIUM)
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# tests/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
+# downloads are not used): installed once, as root, when it is missing.
+$(CHROMIUM):
+	@test "$$(id -u)" = 0 || { echo "make test needs Debian's chromium at $@: apt-get install chromium (as root)" >&2; exit 1; }
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
 # Not part of make test: what runs cost on this machine (BENCH_SIZE=full goes bigger). Writes
 # benchmarks/results.md and benchmarks/results.json.

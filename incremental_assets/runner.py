@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -72,11 +73,19 @@ def settings_run_config(settings: IncrementalSettings) -> dict[str, Any]:
 
 
 def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
-    """The given instance, or the project's (DAGSTER_HOME)."""
+    """The given instance, or the project's (DAGSTER_HOME). Opened under a file lock: on a fresh
+    home, Dagster creates its SQLite tables when first opened, and two processes opening it at the
+    same moment would both try to ("table runs already exists")."""
     if instance is not None:
         return instance
-    environment.dagster_home()
-    return DagsterInstance.get()
+    home = environment.dagster_home()
+    with open(home / ".instance.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        instance = DagsterInstance.get()
+        instance.get_runs(limit=1)
+        instance.get_latest_materialization_event(AssetKey("none"))
+        instance.all_instigator_state()
+    return instance
 
 
 def run_log_file() -> Path:

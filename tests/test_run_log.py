@@ -142,7 +142,8 @@ def test_the_run_log_compacts_its_recent_days_now_and_then(warehouse, monkeypatc
 
 
 def test_two_runs_started_at_the_same_moment_one_writes_the_other_is_refused(spark, warehouse, tmp_path):
-    """Two `incremental-assets run` processes at once, on one warehouse and one Dagster instance: both
+    """Two `incremental-assets run` processes at once, on one warehouse and one fresh Dagster instance
+    (its storage not yet created, which they do under a file lock): both
     take the lease at their first write (before either starts Spark), Delta lets one commit it, and the
     other is refused naming it. filtered_events holds each event once."""
     source = environment.table_uri(environment.SAMPLE_TABLE)

@@ -124,6 +124,7 @@ def write(
     known_empty: bool = False,
     properties: Mapping[str, str] | None = None,
     rows_at_most: int | None = None,
+    one_row_per_key: bool = False,
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
 
@@ -132,7 +133,9 @@ def write(
     `known_empty` (the caller counted no rows) lets a replace empty the table with deltalake, in
     milliseconds where a Spark overwrite with no rows costs a job and a second; `properties` are
     the table properties of a table this write creates; `rows_at_most` (the caller's bound on the
-    rows of `df`) lets a small MERGE into an existing table run in deltalake (see `_merge_small`).
+    rows of `df`) lets a small MERGE into an existing table run in deltalake (see `_merge_small`);
+    `one_row_per_key` (the caller's rows are unique on `keys` by construction, as a dedupe or a
+    group-by on them makes them) spares a big MERGE the shuffle that checks it.
     """
 
     def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
@@ -149,7 +152,7 @@ def write(
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and deltalake_reads(uri):
             return _merge_small(df.toArrow(), uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
-        duplicate = _duplicate_key(df, keys)
+        duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
             if mode is WriteMode.UPSERT:
                 raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")

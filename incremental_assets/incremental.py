@@ -13,7 +13,8 @@ cap) and the run's limits (and the settings, if it takes a `settings` argument),
 DataFrame (or an `Output` of one, with metadata) that the Delta IO manager writes in the declared
 mode. Its rows are taken to be at most one per event it received (as aggregates and filters
 are), which lets a small MERGE run without Spark; a build that makes more says so in its Output's
-metadata: `rows_at_most` (a bound, or None). It is tracked in the incremental manifest, skipped
+metadata: `rows_at_most` (a bound, or None). Rows unique on `keys` by construction (a group-by on
+them) are declared with `one_row_per_key=True`, which spares a big MERGE its key check. It is tracked in the incremental manifest, skipped
 when already ahead, and backfilled from start_date when it is new (state 2), without further code.
 """
 
@@ -50,13 +51,14 @@ def incremental_asset(
     partition_by: list[str] | None = None,
     change_feed: bool = False,
     stats_columns: list[str] | None = None,
+    one_row_per_key: bool = False,
     description: str | None = None,
     group_name: str = INCREMENTAL_GROUP,
 ):
     """Declare an incremental asset from `build(events, limits[, settings]) -> DataFrame` (see module doc)."""
     table = delta_table(
         write_mode, keys=keys, partition_by=partition_by, progress=Progress.INCREMENTAL.value, change_feed=change_feed,
-        stats_columns=stats_columns,
+        stats_columns=stats_columns, one_row_per_key=one_row_per_key,
     )
 
     def decorate(build: Callable[..., DataFrame]):

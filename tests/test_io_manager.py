@@ -314,3 +314,26 @@ def test_a_small_merge_refuses_an_upsert_with_a_shared_key_and_its_inserts_reach
     with pytest.raises(DeltaWriteError, match="several rows share the key"):
         delta_tables.write(spark, clash, uri, WriteMode.UPSERT, ["id"], ["d"], rows_at_most=2)
     assert delta_tables.table_version(uri) == merged.version
+
+
+def test_rows_declared_one_per_key_are_merged_without_the_shuffle_that_checks_them(spark, warehouse):
+    """The declaration reaches the write through the asset's metadata, and the write then runs
+    fewer Spark jobs: the key check is the only one left out (its result is the same here)."""
+    from incremental_assets.io_managers.delta import TableSpec
+
+    spec = TableSpec.of(delta_table("upsert", keys=["id"], one_row_per_key=True), "keyed")
+    assert spec.one_row_per_key and not TableSpec.of(delta_table("upsert", keys=["id"]), "keyed").one_row_per_key
+
+    def jobs_of_upsert(uri: str, one_row_per_key: bool) -> int:
+        delta_tables.write(spark, spark.createDataFrame([(1, "a")], "id int, value string"), uri, WriteMode.UPSERT, ["id"])
+        rows = spark.createDataFrame([(1, "changed"), (2, "b")], "id int, value string")
+        tracker, group = spark.sparkContext.statusTracker(), f"upsert-{one_row_per_key}"
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            delta_tables.write(spark, rows, uri, WriteMode.UPSERT, ["id"], one_row_per_key=one_row_per_key)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        assert _rows(spark, uri, "id", "value") == [(1, "changed"), (2, "b")]
+        return len(tracker.getJobIdsForGroup(group))
+
+    assert jobs_of_upsert(f"{warehouse}/declared", True) < jobs_of_upsert(f"{warehouse}/checked", False)

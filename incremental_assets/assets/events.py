@@ -27,6 +27,7 @@ from incremental_assets.transforms import checks as C
     change_feed=True,
     # Files hold days of events, so time bounds skip files; random event ids and strings would not.
     stats_columns=["derived_tstamp", "collector_tstamp", "load_tstamp"],
+    one_row_per_key=True,  # events_this_run holds one row per event_id
     description="Deduplicated, filtered, session-complete events, partitioned by event_date. Insert-only on "
     "event_id: an event already stored is never duplicated or overwritten; the rows a run inserted (its "
     "change feed) drive the daily layer.",

@@ -52,7 +52,7 @@ def must_write(spark, rows: int, table: str) -> bool:
     name=LIFECYCLE,
     ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
     group_name=BASE_GROUP,
-    metadata=delta_table("upsert", keys=[T.SESSION], partition_by=["start_date"]),
+    metadata=delta_table("upsert", keys=[T.SESSION], partition_by=["start_date"], one_row_per_key=True),
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
@@ -120,7 +120,7 @@ def sessions_unique_and_within_cap(
             group_name=BASE_GROUP,
             kinds=SPARK_DELTA,
             owners=OWNERS,
-            metadata=delta_table("merge_insert", keys=[T.SESSION]),
+            metadata=delta_table("merge_insert", keys=[T.SESSION], one_row_per_key=True),
             description="Sessions that reached max_session_days (bots): their events stop being processed, so "
             "they stop costing scans. Insert-only.",
         ),
@@ -174,7 +174,7 @@ def session_batch(
     active.unpersist()
 
 
-@incremental_asset(write_mode="upsert", keys=["session_identifier"])
+@incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session
 def sessions(events: DataFrame, limits: RunLimits) -> DataFrame:
     """One row per session, recomputed whole from all its events whenever a run touches it."""
     by_time = F.struct("derived_tstamp", "event_id")

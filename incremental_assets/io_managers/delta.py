@@ -80,18 +80,21 @@ def delta_table(
     progress: str | None = None,
     change_feed: bool = False,
     stats_columns: list[str] | None = None,
+    one_row_per_key: bool = False,
 ) -> dict[str, Any]:
     """Asset metadata that tells the Delta IO manager how to write the asset.
 
     `stats_columns`: the columns Delta keeps min/max statistics of, for data skipping; [] for none
     (a table always read whole); None keeps Delta's default (the first 32). Collecting them costs
     about a third of a write here, so a table gets the ones its readers filter by. Set when the
-    table is created.
+    table is created. `one_row_per_key`: the asset's rows are unique on `keys` by construction (a
+    dedupe or a group-by on them), so a MERGE does not shuffle them again to check; its asset check
+    still does, on what was stored.
     """
     spec = TableSpec(
         WriteMode(write_mode), tuple(keys or ()), tuple(partition_by or ()), partition_column,
         Progress(progress) if progress else None, change_feed,
-        tuple(stats_columns) if stats_columns is not None else None,
+        tuple(stats_columns) if stats_columns is not None else None, one_row_per_key,
     )
     spec.validate()
     return {METADATA_KEY: spec.as_metadata()}
@@ -106,6 +109,7 @@ class TableSpec:
     progress: Progress | None = None
     change_feed: bool = False  # record the change data feed (the rows each MERGE inserted)
     stats_columns: tuple[str, ...] | None = None  # min/max statistics kept for data skipping
+    one_row_per_key: bool = False  # rows unique on keys by construction: a MERGE does not check
 
     def table_properties(self, columns: list[str]) -> dict[str, str]:
         """Delta table properties for a table of `columns` (a stats column the data lacks is left out)."""
@@ -133,6 +137,7 @@ class TableSpec:
             "progress": self.progress.value if self.progress else None,
             "change_feed": self.change_feed,
             "stats_columns": list(self.stats_columns) if self.stats_columns is not None else None,
+            "one_row_per_key": self.one_row_per_key,
         }
 
     @classmethod
@@ -149,6 +154,7 @@ class TableSpec:
             Progress(raw["progress"]) if raw.get("progress") else None,
             bool(raw.get("change_feed")),
             tuple(raw["stats_columns"]) if raw.get("stats_columns") is not None else None,
+            bool(raw.get("one_row_per_key")),
         )
 
 
@@ -222,6 +228,7 @@ class DeltaIOManager(ConfigurableIOManager):
         result = delta_tables.write(
             spark, frame, uri, spec.write_mode, spec.keys, spec.partition_by, window, merge_floor, txn=txn,
             known_empty=known_empty, properties=properties, rows_at_most=_value(context.output_metadata.get(ROWS_AT_MOST)),
+            one_row_per_key=spec.one_row_per_key,
         )
         if frame.is_cached:  # cached by its asset for the stats it computed; written now
             frame.unpersist()

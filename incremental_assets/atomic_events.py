@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import deltalake
+import pyarrow as pa
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+if TYPE_CHECKING:
+    from incremental_assets.settings import IncrementalSettings
 
 REQUIRED_COLUMNS: dict[str, T.DataType] = {
     "event_id": T.StringType(),
@@ -34,3 +44,58 @@ LOAD_DATE = "load_date"
 SAMPLE_SCHEMA = T.StructType(
     [T.StructField(name, kind, nullable=True) for name, kind in {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}.items()]
 )
+
+
+def with_optional_columns(source: DataFrame) -> DataFrame:
+    """The source with every optional column (null where an export has none), so that what reads a
+    batch (sessions' page URLs, attributes on platform) works on any export holding the required ones."""
+    missing = [name for name in OPTIONAL_COLUMNS if name not in source.columns]
+    return source.withColumns({name: F.lit(None).cast(OPTIONAL_COLUMNS[name]) for name in missing}) if missing else source
+
+
+class SourceContractError(ValueError):
+    """The source table cannot be processed as it is; found before the run writes anything."""
+
+
+def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[str]:
+    """What keeps a source table of `schema` (its Arrow schema, read from the Delta log) from being
+    processed with `settings`: required columns missing or of another type, and identifier or
+    cursor columns the settings name that the table lacks. Empty: nothing."""
+    problems = []
+    for name, kind in REQUIRED_COLUMNS.items():
+        if name not in schema.names:
+            problems.append(f"required column {name} is missing")
+        elif not _is(schema.field(name).type, kind):
+            problems.append(f"column {name} is {schema.field(name).type}, not {kind.simpleString()}")
+    named = [settings.session_timestamp]
+    named += [] if settings.session_identifier_sql else settings.session_identifiers
+    named += [] if settings.user_identifier_sql else settings.user_identifiers
+    problems += [
+        f"column {name} (named in the settings) is missing"
+        for name in dict.fromkeys(named) if name not in schema.names and name not in REQUIRED_COLUMNS
+    ]
+    return problems
+
+
+def require_processable(uri: str, settings: IncrementalSettings) -> None:
+    """Raise SourceContractError naming every problem of the source table at `uri`: read from its
+    Delta log (no Spark job), before a run decides its window. Storage deltalake cannot open is
+    left to Spark."""
+    try:
+        schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
+    except TableNotFoundError:
+        raise SourceContractError(
+            f"No source events table at {uri}: load an export (incremental-assets load FILE), generate the "
+            "sample (incremental-assets generate), or point INCREMENTAL_ASSETS_SOURCE at your Delta table"
+        ) from None
+    except Exception:  # noqa: BLE001 - storage deltalake cannot reach: Spark reads it and says what is wrong
+        return
+    problems = contract_problems(schema, settings)
+    if problems:
+        raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))
+
+
+def _is(arrow: pa.DataType, kind: T.DataType) -> bool:
+    if isinstance(kind, T.StringType):
+        return pa.types.is_string(arrow) or pa.types.is_large_string(arrow) or pa.types.is_string_view(arrow)
+    return pa.types.is_timestamp(arrow)

@@ -2,10 +2,12 @@
 
 from datetime import datetime
 
-from dagster import AssetExecutionContext, Config, MetadataValue, Output
+from dagster import AssetExecutionContext, Config, Failure, MetadataValue, Output
 from pydantic import Field
 
 from incremental_assets.assets import spark_delta_asset
+from incremental_assets.atomic_events import SourceContractError, require_processable
+from incremental_assets.environment import source_table_uri
 from incremental_assets.incremental import incremental_models_in_run
 from incremental_assets.io_managers.delta import delta_table
 from incremental_assets.logic.limits import RunLimits, keyhole_limits, run_limits
@@ -53,6 +55,10 @@ def decide_limits(config: LimitsConfig, settings: IncrementalSettings, manifest:
 def new_event_limits(
     context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, manifest: ManifestResource
 ) -> Output[RunLimits]:
+    try:  # before this run writes anything, its record and lease included
+        require_processable(source_table_uri(), settings)
+    except SourceContractError as error:
+        raise Failure(description=str(error)) from None
     models = incremental_models_in_run(context)
     limits = decide_limits(config, settings, manifest, models)
     for line in limits.log_lines:

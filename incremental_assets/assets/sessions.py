@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
 from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
+from incremental_assets.atomic_events import with_optional_columns
 from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.environment import source_table_uri, table_uri
 from incremental_assets.incremental import incremental_asset
@@ -149,7 +150,7 @@ def session_batch(
         quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
-    source = delta_tables.read_table(spark.spark_session, source_table_uri())
+    source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
     events = T.session_events(source, active, settings, span)
     # Not cached: these stats need a few narrow columns, which Spark reads and dedupes far cheaper
     # than it would cache every column of a big batch before the write reads it once.

@@ -34,6 +34,10 @@ def load_file(spark: SparkSession, path: str | Path, table_uri: str, mode: str =
         raise SourceSchemaError(
             f"{path} lacks required column(s) {', '.join(missing)}; it has {', '.join(frame.columns)}"
         )
+    unreadable = _unreadable_values(frame)
+    if unreadable:
+        found = "; ".join(f"{column} holds {value!r}" for column, value in unreadable.items())
+        raise SourceSchemaError(f"{path} has values that are not of their column's type: {found}")
     return write_events(spark, _cast(frame), table_uri, mode)
 
 
@@ -89,6 +93,21 @@ def _cast(frame: DataFrame) -> DataFrame:
         *(_typed(frame, field).alias(field.name) for field in known),
         *(F.col(_quoted(column)) for column in extra),
     ).withColumn(LOAD_DATE, F.to_date("load_tstamp"))
+
+
+def _unreadable_values(frame: DataFrame) -> dict[str, str]:
+    """For each known column read as text whose non-blank values do not all cast to its contract
+    type: the first such value. One pass over the file, before anything is written."""
+    text = [
+        field for field in SAMPLE_SCHEMA.fields
+        if field.name in frame.columns and not isinstance(field.dataType, T.StringType)
+        and isinstance(frame.schema[field.name].dataType, T.StringType)
+    ]
+    if not text:
+        return {}
+    bad = {field.name: (F.trim(F.col(field.name)) != "") & F.col(field.name).try_cast(field.dataType).isNull() for field in text}
+    row = frame.select(*(F.first(F.when(bad[name], F.col(name)), ignorenulls=True).alias(name) for name in bad)).first()
+    return {name: row[name] for name in bad if row[name] is not None}
 
 
 def _typed(frame: DataFrame, field: T.StructField) -> Column:

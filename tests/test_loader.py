@@ -122,3 +122,18 @@ def test_unknown_format_and_mode_are_refused(spark, source, csv_file, tmp_path):
     with pytest.raises(ValueError, match="mode"):
         load_file(spark, csv_file, source, mode="merge")
     assert not Path(source).exists()
+
+
+def test_values_that_are_not_of_their_type_are_named_and_nothing_is_written(spark, source, tmp_path):
+    """An unparseable timestamp (and a count that is no number) fail the load with the column and
+    the value, before anything is written; blank text stays a null."""
+    bad = tmp_path / "bad.csv"
+    rows = [list(ROWS[0]), list(ROWS[1])]
+    rows[1][HEADER.index("collector_tstamp")] = "yesterday at noon"
+    rows[0][HEADER.index("domain_sessionidx")] = "first"
+    with bad.open("w", newline="") as handle:
+        csv.writer(handle).writerows([HEADER, *rows])
+    message = r"bad\.csv has values .*collector_tstamp holds 'yesterday at noon'; domain_sessionidx holds 'first'"
+    with pytest.raises(SourceSchemaError, match=message):
+        load_file(spark, bad, source)
+    assert not Path(source).exists()

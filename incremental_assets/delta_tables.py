@@ -2,6 +2,8 @@
 
 Every write is a single Delta transaction, and every mode is idempotent when repeated with the
 same input (append excepted, by definition), which is what makes a crashed run safe to re-run.
+Appends and MERGEs add the columns the data gains (a source that gains a column between loads
+passes it on to filtered_events; earlier rows hold null there).
 """
 
 from __future__ import annotations
@@ -336,7 +338,7 @@ def _merge(
         condition = condition & (F.col(f"t.`{floor[0]}`") >= F.lit(floor[1]))
     table = DeltaTable.forPath(spark, uri)
     before = last_commit(spark, uri).version
-    merge = table.alias("t").merge(df.alias("s"), condition)
+    merge = table.alias("t").merge(df.alias("s"), condition).withSchemaEvolution()  # as appends: mergeSchema
     if update:
         merge = merge.whenMatchedUpdateAll()
     if txn is not None:
@@ -364,7 +366,7 @@ def _merge_small(
     if floor is not None:
         condition += f""" AND t."{floor[0]}" >= '{floor[1].isoformat()}'"""  # a date of ours, never user input
     merge = deltalake.DeltaTable(uri).merge(
-        rows, condition, source_alias="s", target_alias="t", commit_properties=_commit_properties(txn)
+        rows, condition, source_alias="s", target_alias="t", merge_schema=True, commit_properties=_commit_properties(txn)
     )
     if update:
         merge = merge.when_matched_update_all()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import deltalake
 import pyarrow as pa
 from deltalake.exceptions import TableNotFoundError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -53,6 +53,10 @@ def with_optional_columns(source: DataFrame) -> DataFrame:
     return source.withColumns({name: F.lit(None).cast(OPTIONAL_COLUMNS[name]) for name in missing}) if missing else source
 
 
+# Columns filtered_events holds beyond the source's.
+FILTERED_EVENTS_ADDS = ("session_identifier", "user_identifier", "event_date")
+
+
 class SourceContractError(ValueError):
     """The source table cannot be processed as it is; found before the run writes anything."""
 
@@ -60,7 +64,8 @@ class SourceContractError(ValueError):
 def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[str]:
     """What keeps a source table of `schema` (its Arrow schema, read from the Delta log) from being
     processed with `settings`: required columns missing or of another type, and identifier or
-    cursor columns the settings name that the table lacks. Empty: nothing."""
+    cursor columns the settings name that the table lacks (attributes read filtered_events, which
+    adds its own columns to the source's). Empty: nothing."""
     problems = []
     for name, kind in REQUIRED_COLUMNS.items():
         if name not in schema.names:
@@ -70,10 +75,12 @@ def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[
     named = [settings.session_timestamp]
     named += [] if settings.session_identifier_sql else settings.session_identifiers
     named += [] if settings.user_identifier_sql else settings.user_identifiers
-    problems += [
-        f"column {name} (named in the settings) is missing"
-        for name in dict.fromkeys(named) if name not in schema.names and name not in REQUIRED_COLUMNS
-    ]
+    named.append(settings.attribute_key)
+    for spec in settings.attribute_specs():
+        named += [spec.column] if spec.column else []
+        named += [condition.column for condition in spec.conditions]
+    known = {*schema.names, *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *FILTERED_EVENTS_ADDS}
+    problems += [f"column {name!r} (named in the settings) is missing" for name in dict.fromkeys(named) if name not in known]
     return problems
 
 
@@ -93,6 +100,22 @@ def require_processable(uri: str, settings: IncrementalSettings) -> None:
     problems = contract_problems(schema, settings)
     if problems:
         raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))
+
+
+def require_identifier_sql(spark: SparkSession, uri: str, settings: IncrementalSettings) -> None:
+    """Raise SourceContractError when a configured identifier expression does not parse, or names
+    what the source lacks: Spark analyses it against the source's schema, and runs no job."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    from incremental_assets.transforms.sessions import session_id, user_id
+
+    for name, expression in (("session_identifier_sql", session_id), ("user_identifier_sql", user_id)):
+        if getattr(settings, name):
+            try:
+                spark.read.format("delta").load(uri).select(expression(settings)).schema
+            except (AnalysisException, ParseException) as error:
+                first_line = str(error).strip().splitlines()[0]
+                raise SourceContractError(f"{name} {getattr(settings, name)!r} cannot be used on {uri}: {first_line}") from None
 
 
 def _is(arrow: pa.DataType, kind: T.DataType) -> bool:

@@ -175,23 +175,31 @@ def test_contract_problems_name_each_missing_or_mistyped_column():
     assert contract_problems(bad, settings) == [
         "column collector_tstamp is string, not timestamp",
         "required column domain_userid is missing",
-        "column sid (named in the settings) is missing",
+        "column 'sid' (named in the settings) is missing",
     ]
 
 
+def _valid_source(spark, uri):
+    write_events(spark, spark.createDataFrame(as_arrow(loads()[0][:3])), uri)
+
+
 @pytest.mark.parametrize(
-    "make_source, message",
+    "make_source, settings, message",
     [
-        (lambda spark, uri: None, "No source events table at"),
+        (lambda spark, uri: None, {}, "No source events table at"),
         (lambda spark, uri: spark.createDataFrame([("e1", "2024-01-01 10:00:00")], "event_id string, collector_tstamp string")
-         .write.format("delta").save(uri), "collector_tstamp is string, not timestamp"),
+         .write.format("delta").save(uri), {}, "collector_tstamp is string, not timestamp"),
+        (_valid_source, {"session_identifier_sql": "concat(domain_sessionid, no_such_column)"}, "session_identifier_sql"),
+        (_valid_source, {"user_identifier_sql": "domain_userid; DROP TABLE events"}, "user_identifier_sql"),
     ],
-    ids=["missing", "wrong types"],
+    ids=["missing", "wrong types", "unknown column in identifier sql", "injection-shaped identifier sql"],
 )
-def test_a_source_that_cannot_be_processed_fails_the_run_before_it_writes_anything(spark, warehouse, tmp_path, monkeypatch, make_source, message):
+def test_a_source_that_cannot_be_processed_fails_the_run_before_it_writes_anything(
+    spark, warehouse, tmp_path, monkeypatch, make_source, settings, message
+):
     uri = str(tmp_path / "export")
     make_source(spark, uri)
     monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", uri)
-    summary = run_incremental(IncrementalSettings(), instance=DagsterInstance.ephemeral())
+    summary = run_incremental(IncrementalSettings(**settings), instance=DagsterInstance.ephemeral())
     assert not summary.success and message in summary.error
     assert os.listdir(warehouse) == [], "no run record, no lease, no table"

@@ -6,13 +6,14 @@ from dagster import AssetExecutionContext, Config, Failure, MetadataValue, Outpu
 from pydantic import Field
 
 from incremental_assets.assets import spark_delta_asset
-from incremental_assets.atomic_events import SourceContractError, require_processable
+from incremental_assets.atomic_events import SourceContractError, require_identifier_sql, require_processable
 from incremental_assets.environment import source_table_uri
 from incremental_assets.incremental import incremental_models_in_run
 from incremental_assets.io_managers.delta import delta_table
 from incremental_assets.logic.limits import RunLimits, keyhole_limits, run_limits
 from incremental_assets.names import BASE_GROUP, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import naive, utcnow
 
@@ -53,10 +54,13 @@ def decide_limits(config: LimitsConfig, settings: IncrementalSettings, manifest:
     "[lower, upper] over the incremental assets of the run; one row per run, kept as history.",
 )
 def new_event_limits(
-    context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, manifest: ManifestResource
+    context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, manifest: ManifestResource,
+    spark: SparkResource,
 ) -> Output[RunLimits]:
     try:  # before this run writes anything, its record and lease included
         require_processable(source_table_uri(), settings)
+        if settings.session_identifier_sql or settings.user_identifier_sql:  # Spark parses them
+            require_identifier_sql(spark.spark_session, source_table_uri(), settings)
     except SourceContractError as error:
         raise Failure(description=str(error)) from None
     models = incremental_models_in_run(context)

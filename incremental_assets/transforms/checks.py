@@ -6,16 +6,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.transforms.sessions import SESSION
+from incremental_assets.transforms.sessions import SESSION, days
 
 
 def duplicated(rows: DataFrame, keys: list[str]) -> DataFrame:
     """One row per key that more than one row holds, with how many (`count`)."""
     return rows.groupBy(*keys).count().where(F.col("count") > 1)
-
-
-def _cap(max_session_days: int):
-    return F.expr(f"INTERVAL {int(max_session_days)} DAYS")
 
 
 def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFrame:
@@ -25,7 +21,7 @@ def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFra
         F.when(F.col("_rows") > 1, "stored more than once")
         .when(start.isNull() | end.isNull(), "missing start or end")
         .when(start > end, "start after end")
-        .when(end > start + _cap(max_session_days), "end beyond start + max_session_days")
+        .when(end > start + days(max_session_days), "end beyond start + max_session_days")
     )
     counted = lifecycle.withColumn("_rows", F.count(F.lit(1)).over(Window.partitionBy(SESSION)))
     return counted.select(SESSION, "start_tstamp", "end_tstamp", problem.alias("problem")).where(F.col("problem").isNotNull())
@@ -36,7 +32,7 @@ def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_sess
     of a session the lifecycle manifest does not hold."""
     sessions = lifecycle.select(SESSION, F.col("start_tstamp").alias("session_start"))
     start = F.col("session_start")
-    outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + _cap(max_session_days))
+    outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + days(max_session_days))
     return events.join(sessions, SESSION, "left").where(outside).select("event_id", SESSION, ts, "session_start")
 
 

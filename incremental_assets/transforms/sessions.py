@@ -19,6 +19,11 @@ COPIES = "_copies"
 NULL_CURSOR = "null_cursor"  # the drop reason of a row whose session timestamp is null
 
 
+def days(n: int) -> Column:
+    """An interval of `n` days, as a value (a setting never becomes SQL text)."""
+    return F.make_dt_interval(days=F.lit(n))
+
+
 def identifier(columns: list[str], sql: str | None) -> Column:
     """First non-null of `columns`, or the deployment's SQL expression."""
     if sql:
@@ -39,7 +44,7 @@ def sent_in_time(settings: IncrementalSettings) -> Column:
     sent, created = F.col("dvce_sent_tstamp"), F.col("dvce_created_tstamp")
     if settings.allow_null_dvce_tstamps:
         sent, created = F.coalesce(sent, F.col("collector_tstamp")), F.coalesce(created, F.col("collector_tstamp"))
-    return sent <= created + F.expr(f"INTERVAL {int(settings.days_late_allowed)} DAYS")
+    return sent <= created + days(settings.days_late_allowed)
 
 
 def app_allowed(settings: IncrementalSettings) -> Column:
@@ -128,7 +133,7 @@ def merge_lifecycle(candidates: DataFrame, stored: DataFrame, max_session_days: 
     `stored` holds the rows considered (start within session_lookback_days). A stored row whose
     end already reached its cap is left alone.
     """
-    cap = F.expr(f"INTERVAL {int(max_session_days)} DAYS")
+    cap = days(max_session_days)
     s = stored.select(*[F.col(c).alias(f"s_{c}") for c in (SESSION, USER, "start_tstamp", "end_tstamp")])
     joined = candidates.join(s, candidates[SESSION] == s[f"s_{SESSION}"], "left")
     start = F.least(F.col("start_tstamp"), F.coalesce(F.col("s_start_tstamp"), F.col("start_tstamp")))
@@ -174,7 +179,7 @@ def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, ma
 
 
 def _reached_cap(max_session_days: int) -> Column:
-    return F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + F.expr(f"INTERVAL {int(max_session_days)} DAYS")
+    return F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + days(max_session_days)
 
 
 def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
@@ -201,7 +206,7 @@ def session_events(source: DataFrame, sessions: DataFrame, settings: Incremental
     COPIES counts how many rows shared the event_id (1: no duplicate).
     """
     ts = settings.session_timestamp
-    cap = F.expr(f"INTERVAL {int(settings.max_session_days)} DAYS")
+    cap = days(settings.max_session_days)
     candidates = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, ts, span["lo"], span["hi"])
     events = (
         candidates.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test bench bench-maintenance ui clean
+.PHONY: setup demo test soak bench bench-maintenance ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -25,7 +25,7 @@ demo: setup
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
 test: setup $(CHROMIUM)
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -m "not soak"
 
 # tests/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
 # downloads are not used): installed once, as root, when it is missing.
@@ -43,6 +43,11 @@ bench: setup
 # (benchmarks/results/maintenance.json).
 bench-maintenance: setup
 	$(BIN)/python benchmarks/maintenance.py --runs 50
+
+# Not part of make test (about 30 minutes): the batching property searched longer (hypothesis'
+# soak profile), and the crash matrix (tests/test_crash_safety.py, a process per failure).
+soak: setup
+	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider tests/test_batching_invariance.py tests/test_crash_safety.py
 
 ui: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

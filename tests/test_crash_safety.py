@@ -1,0 +1,138 @@
+"""The crash matrix (issue 10): a run fails at each point where it writes, by a raised exception or
+killed outright (SIGKILL), and the next run repairs everything. After the re-run the tables equal
+those of a run never interrupted: nothing lost, nothing doubled, the manifests consistent, and the
+run log keeping the failed attempt.
+
+Each failing run is a real `incremental-assets run --until-caught-up` process, with its failure
+injected by wrapping the write it follows (no hook in the package). The re-run is in this process.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterInstance
+
+from incremental_assets import delta_tables
+from incremental_assets.loader import write_events
+from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.runner import run_until_caught_up
+from incremental_assets.sample.generator import SampleParams, generate_table
+from incremental_assets.sample.stream import STREAM_SCHEMA
+from incremental_assets.settings import IncrementalSettings
+from incremental_assets.utc import utcnow
+from tests.warehouse_tables import comparable_tables
+
+PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=7, bot_share=0.2)
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+
+# In the failing process: `fail()` raises or kills; each point wraps what it follows (or precedes).
+CHILD = """
+import os, signal, sys
+from incremental_assets import cli, delta_tables
+from incremental_assets.resources.manifests import ManifestResource
+
+point, kind = sys.argv[1], sys.argv[2]
+
+def fail():
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise RuntimeError(f"injected failure {point}")
+
+def after_writing(table):
+    write = delta_tables.write
+    def wrapped(spark, df, uri, *args, **kwargs):
+        result = write(spark, df, uri, *args, **kwargs)
+        if uri.rstrip("/").endswith("/" + table):
+            fail()
+        return result
+    delta_tables.write = wrapped
+
+def around(method, before):
+    original = getattr(ManifestResource, method)
+    def wrapped(self, *args, **kwargs):
+        if before:
+            fail()
+        result = original(self, *args, **kwargs)
+        fail()
+        return result
+    setattr(ManifestResource, method, wrapped)
+
+{
+    "after the lifecycle merge": lambda: after_writing("sessions_lifecycle_manifest"),
+    "after quarantine": lambda: after_writing("quarantined_sessions"),
+    "after filtered_events": lambda: after_writing("filtered_events"),
+    "before the manifest advance": lambda: around("advance", before=True),
+    "in the middle of a daily backfill": lambda: after_writing("daily_aggregates"),
+    "between Processing and its pair": lambda: around("acquire", before=False),
+}[point]()
+sys.exit(cli.main(["run", "--until-caught-up"]))
+"""
+POINTS = [
+    "after the lifecycle merge",
+    "after quarantine",
+    "after filtered_events",
+    "before the manifest advance",
+    "in the middle of a daily backfill",
+    "between Processing and its pair",
+]
+
+
+@pytest.fixture(scope="module")
+def stream(spark, tmp_path_factory):
+    """The source, and the tables of an uninterrupted run over it."""
+    root = tmp_path_factory.mktemp("crash-reference")
+    source = str(root / "source")
+    rows = generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=PARAMS.days + 2))
+    write_events(spark, spark.createDataFrame(rows, STREAM_SCHEMA), source, "append")
+    with _environment(warehouse=root / "warehouse", source=source):
+        runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
+    assert all(run.success for run in runs)
+    reference = comparable_tables(spark, root / "warehouse")
+    assert reference["quarantined_sessions"], "a bot reaches its cap: the quarantine write happens"
+    return source, reference
+
+
+class _environment:
+    """The warehouse, source and settings of one scenario in os.environ, restored after."""
+
+    def __init__(self, **paths):
+        self.values = {
+            "INCREMENTAL_ASSETS_WAREHOUSE": str(paths["warehouse"]),
+            "INCREMENTAL_ASSETS_SOURCE": str(paths["source"]),
+            **({"DAGSTER_HOME": str(paths["home"])} if "home" in paths else {}),
+            **{f"INCREMENTAL_ASSETS_{name.upper()}": str(value) for name, value in SETTINGS.items()},
+        }
+
+    def __enter__(self):
+        self.saved = {name: os.environ.get(name) for name in self.values}
+        os.environ.update(self.values)
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+
+
+@pytest.mark.soak  # twelve failing processes and their repairs: about 14 minutes here
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+@pytest.mark.parametrize("point", POINTS)
+def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp_path, point, kind):
+    source, reference = stream
+    paths = {"warehouse": tmp_path / "warehouse", "source": source, "home": tmp_path / "home"}
+    with _environment(**paths):
+        crashed = subprocess.run(
+            [sys.executable, "-c", CHILD, point, kind], env=dict(os.environ), capture_output=True, text=True, timeout=600
+        )
+        expected = -signal.SIGKILL if kind == "kill" else 1
+        assert crashed.returncode == expected, crashed.stdout[-3000:] + crashed.stderr[-3000:]
+        with DagsterInstance.get() as instance:
+            reruns = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=instance)
+        assert all(run.success for run in reruns), [run.error for run in reruns]
+        log = ManifestResource().run_log()
+    assert comparable_tables(spark, paths["warehouse"]) == reference
+    assert any(record["status"] == "Failed" for record in log), "the failed attempt is in the run log"
+    ids = [r.event_id for r in delta_tables.read_table(spark, f"{paths['warehouse']}/filtered_events").select("event_id").collect()]
+    assert len(ids) == len(set(ids))

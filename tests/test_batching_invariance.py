@@ -26,7 +26,7 @@ from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
 from tests.warehouse_tables import COMPARED, comparable_tables
 
-settings.register_profile("ci", max_examples=2, deadline=None, derandomize=True, print_blob=True, suppress_health_check=list(HealthCheck))
+settings.register_profile("ci", max_examples=1, deadline=None, derandomize=True, print_blob=True, suppress_health_check=list(HealthCheck))
 settings.register_profile("soak", max_examples=25, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

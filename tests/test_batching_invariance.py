@@ -34,13 +34,13 @@ PARAMS = SampleParams(
     users=8, days=2, events_per_day=100, start_date=(utcnow() - timedelta(days=20)).date(), seed=3,
     late_share=0.1, duplicate_share=0.1, bot_share=0.15,
 )
-HOURS = (PARAMS.days + 3) * 24  # the loads of the stream's days, and late arrivals after them
+HOURS = (PARAMS.days + 1) * 24  # the loads of the stream's days, and a day of late arrivals after them
 
 
 def _settings(backfill_limit_days: int) -> IncrementalSettings:
     # Every late day recomputed, however few its late rows: the daily layer then holds no backlog.
     return IncrementalSettings(
-        start_date=PARAMS.start_date.isoformat(), backfill_limit_days=backfill_limit_days,
+        start_date=PARAMS.start_date.isoformat(), backfill_limit_days=backfill_limit_days, max_session_days=1,
         reprocess_days=365, min_rows_to_process=1, attributes_reference_date=(PARAMS.start_date + timedelta(days=PARAMS.days)).isoformat(),
     )
 

@@ -86,8 +86,7 @@ def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[
 
 def require_processable(uri: str, settings: IncrementalSettings) -> None:
     """Raise SourceContractError naming every problem of the source table at `uri`: read from its
-    Delta log (no Spark job), before a run decides its window. Storage deltalake cannot open is
-    left to Spark."""
+    Delta log (no Spark job), before a run decides its window."""
     try:
         schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
     except TableNotFoundError:
@@ -95,8 +94,8 @@ def require_processable(uri: str, settings: IncrementalSettings) -> None:
             f"No source events table at {uri}: load an export (incremental-assets load FILE), generate the "
             "sample (incremental-assets generate), or point INCREMENTAL_ASSETS_SOURCE at your Delta table"
         ) from None
-    except Exception:  # noqa: BLE001 - storage deltalake cannot reach: Spark reads it and says what is wrong
-        return
+    except Exception as error:  # noqa: BLE001 - a corrupted log, storage refusing access: named as the source's
+        raise SourceContractError(f"The source events table at {uri} cannot be read: {error}") from error
     problems = contract_problems(schema, settings)
     if problems:
         raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))

@@ -4,6 +4,10 @@ Every write is a single Delta transaction, and every mode is idempotent when rep
 same input (append excepted, by definition), which is what makes a crashed run safe to re-run.
 Appends and MERGEs add the columns the data gains (a source that gains a column between loads
 passes it on to filtered_events; earlier rows hold null there).
+
+Spark reads and writes through the DataFrame API only (no `delta.tables` client), so the same code
+runs over Spark Connect against a server that has Delta's jars but not Delta's Connect plugin. The
+table's log is read by deltalake, in the calling process: it must reach the warehouse's storage too.
 """
 
 from __future__ import annotations
@@ -11,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from enum import Enum
+from functools import reduce
 from typing import Any, Iterable, Mapping, Sequence
 
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
-from delta.tables import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -28,6 +32,8 @@ from incremental_assets.utc import naive
 
 # A MERGE takes its transaction identifier from the session, not from writer options.
 TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+# ...and its schema evolution too: DataFrame.mergeInto's own flag is not read by Delta 4.0.
+SCHEMA_EVOLUTION_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 # Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
@@ -43,6 +49,10 @@ class WriteMode(str, Enum):
 
 class DeltaWriteError(ValueError):
     """A write that would lose or corrupt data, refused before anything is written."""
+
+
+class UnreadableTableError(RuntimeError):
+    """A table whose log exists but cannot be read: corrupted, or on storage refusing access."""
 
 
 @dataclass(frozen=True)
@@ -102,12 +112,21 @@ class WriteResult:
         return self.metrics.get("numTargetRowsDeleted", self.metrics.get("numDeletedRows", 0))
 
 
-def table_exists(spark: SparkSession, uri: str) -> bool:
-    return DeltaTable.isDeltaTable(spark, uri)
+def table_exists(uri: str) -> bool:
+    """Whether a Delta table is at `uri`, from its log (no Spark job). A table that is there but
+    cannot be read (a corrupted log, storage refusing access) raises, naming the table: a write
+    must never take it for missing and create it afresh."""
+    try:
+        deltalake.DeltaTable(uri)
+    except TableNotFoundError:
+        return False
+    except Exception as error:  # noqa: BLE001 - any other failure is the table's, reported as such
+        raise UnreadableTableError(f"The Delta table at {uri} cannot be read: {error}") from error
+    return True
 
 
 def read_table(spark: SparkSession, uri: str) -> DataFrame:
-    if not table_exists(spark, uri):
+    if not table_exists(uri):
         raise FileNotFoundError(f"No Delta table at {uri}: materialize the asset that writes it first")
     return spark.read.format("delta").load(uri)
 
@@ -146,13 +165,13 @@ def write(
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
     if txn is not None and committed(uri, txn):
         return _already_committed(uri)
-    if known_empty and mode is WriteMode.REPLACE and deltalake_reads(uri):
+    if known_empty and mode is WriteMode.REPLACE and table_exists(uri):
         deltalake.DeltaTable(uri).delete(commit_properties=_commit_properties(txn))
-        return _newest_commit(uri)
+        return last_commit(uri)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
-        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and deltalake_reads(uri):
+        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and table_exists(uri):
             return _merge_small(df.toArrow(), uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
@@ -160,7 +179,7 @@ def write(
                 raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")
             # A row per key, as an insert-only MERGE needs; only then, as this shuffles whole rows.
             df = df.dropDuplicates(list(keys))
-        if not table_exists(spark, uri):
+        if not table_exists(uri):
             return save("overwrite")
         if _nothing_stored_from(uri, merge_floor):
             # No stored row can match a key: the MERGE would insert every row; an append skips its join.
@@ -182,7 +201,7 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     if committed(uri, txn):
         return _already_committed(uri)
     deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
-    return _newest_commit(uri)
+    return last_commit(uri)
 
 
 def data_files(table: deltalake.DeltaTable) -> pa.Table:
@@ -227,19 +246,6 @@ def _already_committed(uri: str) -> WriteResult:
     return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
 
 
-def _newest_commit(uri: str) -> WriteResult:
-    return _result(deltalake.DeltaTable(uri).history(1)[0])
-
-
-def deltalake_reads(uri: str) -> bool:
-    """Whether deltalake opens a table at `uri` (False too for storage it cannot reach: Spark decides)."""
-    try:
-        deltalake.DeltaTable(uri)
-    except Exception:  # noqa: BLE001
-        return False
-    return True
-
-
 def committed(uri: str, txn: Txn) -> bool:
     """Whether the table already holds `txn` (read from its log by deltalake: no Spark job)."""
     try:
@@ -249,14 +255,9 @@ def committed(uri: str, txn: Txn) -> bool:
     return version is not None and version >= txn.version
 
 
-def last_commit(spark: SparkSession, uri: str) -> WriteResult:
-    """The table's latest commit. Read from the log by deltalake (milliseconds, no Spark job);
-    Spark answers for storage that deltalake cannot open."""
-    try:
-        entry = deltalake.DeltaTable(uri).history(1)[0]
-    except Exception:  # noqa: BLE001 - any storage deltalake cannot read: fall back to Spark
-        entry = DeltaTable.forPath(spark, uri).history(1).first().asDict()
-    return _result(entry)
+def last_commit(uri: str) -> WriteResult:
+    """The table's latest commit, read from the log by deltalake (milliseconds, no Spark job)."""
+    return _result(deltalake.DeltaTable(uri).history(1)[0])
 
 
 def _result(entry: dict) -> WriteResult:
@@ -270,14 +271,10 @@ def create_with_change_feed(
 ) -> None:
     """Create an empty table that records its change data feed (idempotent), so the rows a
     MERGE inserted can be read back exactly by version."""
-    if deltalake_reads(uri):
+    if table_exists(uri):
         return  # cheaper than Delta's own existence check, which runs on every write
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(schema)
-    if partition_by:
-        builder = builder.partitionedBy(*partition_by)
-    for key, value in {**(properties or {}), "delta.enableChangeDataFeed": "true"}.items():
-        builder = builder.property(key, value)
-    builder.execute()
+    writer = spark.createDataFrame([], schema).write.format("delta").mode("ignore")  # "ignore": a table there wins
+    writer.options(**{**(properties or {}), "delta.enableChangeDataFeed": "true"}).partitionBy(*partition_by).save(uri)
 
 
 def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int | None = None) -> DataFrame:
@@ -321,7 +318,7 @@ def _save(
     if mode == "append":
         writer = writer.option("mergeSchema", "true")
     writer.save(uri)
-    return last_commit(df.sparkSession, uri)
+    return last_commit(uri)
 
 
 def _merge(
@@ -333,26 +330,36 @@ def _merge(
     floor: tuple[str, date] | None,
     txn: Txn | None,
 ) -> WriteResult:
-    condition = F.expr(" AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys))
+    target = path_identifier(uri)
+
+    def stored(column: str) -> Column:  # the target's column, named through its table
+        return F.col(f"{target}.`{column}`")
+
+    condition = reduce(Column.__and__, [stored(key).eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
     if floor is not None:
-        condition = condition & (F.col(f"t.`{floor[0]}`") >= F.lit(floor[1]))
-    table = DeltaTable.forPath(spark, uri)
-    before = last_commit(spark, uri).version
-    merge = table.alias("t").merge(df.alias("s"), condition).withSchemaEvolution()  # as appends: mergeSchema
+        condition = condition & (stored(floor[0]) >= F.lit(floor[1]))
+    merge = df.alias("s").mergeInto(target, condition)  # target: path_identifier, a quoted name
     if update:
-        merge = merge.whenMatchedUpdateAll()
+        merge = merge.whenMatched().updateAll()
+    session_conf = {SCHEMA_EVOLUTION_CONF: "true"}  # as appends: mergeSchema
     if txn is not None:
-        spark.conf.set(TXN_CONF[0], txn.app_id)
-        spark.conf.set(TXN_CONF[1], str(txn.version))
+        session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
+    before = last_commit(uri).version
+    for key, value in session_conf.items():
+        spark.conf.set(key, value)
     try:
-        merge.whenNotMatchedInsertAll().execute()
+        merge.whenNotMatched().insertAll().merge()
     finally:
-        if txn is not None:
-            for conf in TXN_CONF:
-                spark.conf.unset(conf)
-    after = last_commit(spark, uri)
+        for key in session_conf:
+            spark.conf.unset(key)
+    after = last_commit(uri)
     # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
     return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
+
+
+def path_identifier(uri: str) -> str:
+    """The table at `uri` as a Spark identifier (delta.`path`), its backticks escaped: a name, not SQL."""
+    return "delta.`" + uri.replace("`", "``") + "`"
 
 
 def _merge_small(

@@ -5,27 +5,27 @@ Off by default: its daily schedule (schedules.py) is stopped until you start it.
 lease (maintenance must not race a run's MERGE) and records each table's files before and after.
 Compaction is OPTIMIZE on the partitions that gained files since the table's last OPTIMIZE,
 Z-ordered by the columns `maintenance_zorder_by` names for a table (the ones its readers filter by).
+Both are deltalake's, in this process: no Spark job, and no Spark session to start.
 VACUUM keeps `maintenance_retention_hours` of history, never less than Delta's own default of
 seven days, and leaves filtered_events alone while the daily manifest still has to read the change
 feed of a version older than that.
 """
 
+import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import Failure, Nothing, OpExecutionContext, Out, Output, job, op
-from delta.tables import DeltaTable as SparkDeltaTable
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable
 
-from incremental_assets.delta_tables import data_files, deltalake_reads
+from incremental_assets.delta_tables import data_files, table_exists
 from incremental_assets.jobs import WAREHOUSE_WRITER_TAGS
 from incremental_assets.logic.run_log import PROCESSED
 from incremental_assets.names import FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.refresh import derived_tables
 from incremental_assets.resources.manifests import RUN_LOG, ManifestResource
-from incremental_assets.resources.spark import SparkResource
 from incremental_assets.previews import markdown_table
 from incremental_assets.run_log import alive_in, record_failed
 from incremental_assets.settings import IncrementalSettings
@@ -68,7 +68,7 @@ def oldest_unread_change(manifest: ManifestResource) -> datetime | None:
 
 
 def maintain(
-    spark, manifest: ManifestResource, table_name: str, retention_hours: float, now: datetime, zorder_by: list[str] = ()
+    manifest: ManifestResource, table_name: str, retention_hours: float, now: datetime, zorder_by: list[str] = ()
 ) -> TablePass:
     uri = manifest.uri(table_name)
     table = DeltaTable(uri)
@@ -76,18 +76,17 @@ def maintain(
     new_files, first_partition = new_files_since_last_optimize(table)
     compacted = None
     if new_files:  # compaction leaves a partition holding a single file as it is; Z-ordering rewrites it
-        optimize = SparkDeltaTable.forPath(spark, uri).optimize()
         column = table.metadata().partition_columns[:1]
         if column and first_partition is not None:
-            # A value read from the table's own log, quoted as Delta's partition predicate needs.
-            optimize = optimize.where(f"`{column[0]}` >= '{_literal(first_partition)}'")
             compacted = _literal(first_partition)
+            partitions = [(column[0], ">=", compacted)]  # a value read from the table's own log
         else:
-            compacted = "all"
-        if zorder_by:
-            optimize.executeZOrderBy(*zorder_by)
+            compacted, partitions = "all", None
+        if zorder_by:  # the columns recorded in the commit, as Spark's OPTIMIZE records them
+            columns = CommitProperties(custom_metadata={"zOrderBy": json.dumps(list(zorder_by))})
+            table.optimize.z_order(zorder_by, partition_filters=partitions, commit_properties=columns)
         else:
-            optimize.executeCompaction()
+            table.optimize.compact(partition_filters=partitions)
     note, vacuumed = "", True
     if table_name == FILTERED_EVENTS:
         unread = oldest_unread_change(manifest)
@@ -109,21 +108,19 @@ def maintained_tables(settings: IncrementalSettings) -> list[str]:
 
 
 @op(out=Out(Nothing), description="Compact and vacuum every warehouse table (see incremental_assets/maintenance.py).")
-def maintain_tables(
-    context: OpExecutionContext, spark: SparkResource, manifest: ManifestResource, settings: IncrementalSettings
-) -> Output:
+def maintain_tables(context: OpExecutionContext, manifest: ManifestResource, settings: IncrementalSettings) -> Output:
     retention = settings.maintenance_retention_hours
     known = maintained_tables(settings)
     unknown = sorted(set(settings.maintenance_zorder_by) - set(known))
     if unknown:
         raise Failure(f"maintenance_zorder_by names {unknown}, which are not warehouse tables; known: {known}")
-    tables = [name for name in known if deltalake_reads(manifest.uri(name))]
+    tables = [name for name in known if table_exists(manifest.uri(name))]
     run_id = context.run_id
     manifest.acquire(run_id, tables, None, alive_in(context.instance))
     passes = []
     for name in tables:  # a failure closes what is still open: the job's failure hook
         now = datetime.now(timezone.utc).replace(tzinfo=None)
-        result = maintain(spark.spark_session, manifest, name, retention, now, settings.maintenance_zorder_by.get(name, []))
+        result = maintain(manifest, name, retention, now, settings.maintenance_zorder_by.get(name, []))
         passes.append(result)
         manifest.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
     columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]

@@ -17,7 +17,7 @@ from uuid import uuid4
 from dagster import DagsterInstance, Failure, Nothing, OpExecutionContext, Out, Output, job, op
 from deltalake import DeltaTable
 
-from incremental_assets.delta_tables import deltalake_reads
+from incremental_assets.delta_tables import table_exists
 from incremental_assets.jobs import WAREHOUSE_WRITER_TAGS
 from incremental_assets.logic.run_log import PROCESSED
 from incremental_assets.previews import markdown_table
@@ -50,7 +50,7 @@ def refresh(settings: IncrementalSettings, instance: DagsterInstance, run_id: st
             "Set allow_refresh to true to allow it (--set allow_refresh=true). Nothing was dropped."
         )
     manifest = ManifestResource()
-    tables = [table for table in derived_tables(settings) if deltalake_reads(manifest.uri(table))]
+    tables = [table for table in derived_tables(settings) if table_exists(manifest.uri(table))]
     run_id = run_id or f"refresh-{uuid4()}"
     manifest.acquire(run_id, tables, None, alive_in(instance))
     deleted = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -18,6 +19,8 @@ os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
 # ... and off a developer's ./incremental_assets.yaml (the settings `make demo` writes).
 os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="incremental-assets-dagster-home-")
+# A test's Python UDF runs in this interpreter, with the project's packages (not the system's python3).
+os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 @pytest.fixture(scope="session")

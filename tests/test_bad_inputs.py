@@ -7,6 +7,7 @@ export that lacks every optional column; the table-level cases each get their ow
 import json
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -183,16 +184,23 @@ def _valid_source(spark, uri):
     write_events(spark, spark.createDataFrame(as_arrow(loads()[0][:3])), uri)
 
 
+def _corrupted_source(spark, uri):
+    """A valid table whose only commit was cut off mid-write."""
+    _valid_source(spark, uri)
+    (Path(uri) / "_delta_log" / "00000000000000000000.json").write_text('{"protocol": {"minReaderVersion"')
+
+
 @pytest.mark.parametrize(
     "make_source, settings, message",
     [
         (lambda spark, uri: None, {}, "No source events table at"),
+        (_corrupted_source, {}, "cannot be read"),
         (lambda spark, uri: spark.createDataFrame([("e1", "2024-01-01 10:00:00")], "event_id string, collector_tstamp string")
          .write.format("delta").save(uri), {}, "collector_tstamp is string, not timestamp"),
         (_valid_source, {"session_identifier_sql": "concat(domain_sessionid, no_such_column)"}, "session_identifier_sql"),
         (_valid_source, {"user_identifier_sql": "domain_userid; DROP TABLE events"}, "user_identifier_sql"),
     ],
-    ids=["missing", "wrong types", "unknown column in identifier sql", "injection-shaped identifier sql"],
+    ids=["missing", "corrupted", "wrong types", "unknown column in identifier sql", "injection-shaped identifier sql"],
 )
 def test_a_source_that_cannot_be_processed_fails_the_run_before_it_writes_anything(
     spark, warehouse, tmp_path, monkeypatch, make_source, settings, message

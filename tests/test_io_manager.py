@@ -2,6 +2,7 @@
 
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 from dagster import (
@@ -139,7 +140,7 @@ def test_range_write_then_one_day_rewrite(spark, spark_resource, warehouse):
     uri = f"{warehouse}/daily"
     tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-05"}
     result = _run(spark_resource, warehouse, [_daily_asset(spark, {date(2024, 1, 3): 5})], instance, tags=tags)
-    assert delta_tables.last_commit(spark, uri).version == 0  # five days, one write
+    assert delta_tables.last_commit(uri).version == 0  # five days, one write
     events = result.get_asset_materialization_events()
     counts = {e.materialization.partition: e.materialization.metadata["dagster/row_count"].value for e in events}
     assert counts == {"2024-01-01": 2, "2024-01-02": 2, "2024-01-03": 5, "2024-01-04": 2, "2024-01-05": 2}
@@ -182,7 +183,7 @@ def test_refuses_whole_table_overwrite_from_a_partitioned_asset(spark, spark_res
 
     with pytest.raises(DeltaWriteError, match="Refusing to overwrite all of"):
         materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
-    assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
+    assert delta_tables.last_commit(f"{warehouse}/daily").version == 0
 
 
 @pytest.mark.parametrize(
@@ -199,7 +200,7 @@ def test_bad_partition_column_fails_loudly(spark, spark_resource, warehouse, sch
 
     with pytest.raises(DeltaWriteError, match=message):
         materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
-    assert not delta_tables.table_exists(spark, f"{warehouse}/daily")
+    assert not delta_tables.table_exists(f"{warehouse}/daily")
 
 
 def test_rows_outside_the_window_are_refused(spark, spark_resource, warehouse):
@@ -210,7 +211,7 @@ def test_rows_outside_the_window_are_refused(spark, spark_resource, warehouse):
     _run(spark_resource, warehouse, [_daily_asset(spark)], partition_key="2024-01-01")
     with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|predicate"):
         materialize([daily], resources={"io_manager": _io(spark_resource, warehouse)}, partition_key="2024-01-01")
-    assert delta_tables.last_commit(spark, f"{warehouse}/daily").version == 0
+    assert delta_tables.last_commit(f"{warehouse}/daily").version == 0
 
 
 def test_declaring_a_keyed_mode_without_keys_fails_at_definition():
@@ -337,3 +338,57 @@ def test_rows_declared_one_per_key_are_merged_without_the_shuffle_that_checks_th
         return len(tracker.getJobIdsForGroup(group))
 
     assert jobs_of_upsert(f"{warehouse}/declared", True) < jobs_of_upsert(f"{warehouse}/checked", False)
+
+
+@pytest.mark.parametrize("bound", [None, 10], ids=["spark", "deltalake"])
+def test_a_merge_adds_the_columns_the_data_gains_even_where_the_path_holds_a_backtick(spark, warehouse, bound):
+    """As an append's mergeSchema does; the path reaches Spark as a quoted name, never as SQL."""
+    uri = f"{warehouse}/odd `name"
+    delta_tables.write(spark, spark.createDataFrame([(1, "a")], "id int, value string"), uri, WriteMode.UPSERT, ["id"])
+    wider = spark.createDataFrame([(1, "b", 1.5), (2, "c", None)], "id int, value string, score double")
+    merged = delta_tables.write(spark, wider, uri, WriteMode.UPSERT, ["id"], rows_at_most=bound)
+    assert merged.operation == "MERGE" and (merged.rows_inserted, merged.rows_updated) == (1, 1)
+    assert _rows(spark, uri, "id", "value", "score") == [(1, "b", 1.5), (2, "c", None)]
+
+
+def test_a_table_whose_log_is_corrupted_is_refused_by_name_and_never_taken_for_missing(spark, warehouse):
+    """Taken for missing, a keyed write would create the table afresh over the old rows."""
+    uri = f"{warehouse}/keyed"
+    rows = spark.createDataFrame([(1, "a")], "id int, value string")
+    delta_tables.write(spark, rows, uri, WriteMode.UPSERT, ["id"])
+    delta_tables.write(spark, rows, uri, WriteMode.UPSERT, ["id"])
+    newest = sorted((Path(uri) / "_delta_log").glob("*.json"))[-1]
+    newest.write_text('{"commitInfo": {"operation": "MERGE"')  # cut off mid-write by another tool
+    with pytest.raises(delta_tables.UnreadableTableError, match="keyed"):
+        delta_tables.write(spark, rows, uri, WriteMode.UPSERT, ["id"])
+    assert newest.read_text() == '{"commitInfo": {"operation": "MERGE"' and len(list((Path(uri) / "_delta_log").glob("*.json"))) == 2
+
+
+def test_a_commit_by_another_writer_during_a_merge_fails_it_whole_and_the_retry_merges_on_top(spark, warehouse, tmp_path):
+    """Delta's optimistic concurrency. The other writer appends to the partition the MERGE reads,
+    from inside the MERGE's own source (a UDF run while the MERGE executes), so the timing is exact."""
+    uri, marker = f"{warehouse}/by_day", str(tmp_path / "other-writer-done")
+    schema = "id int, d date"
+    delta_tables.write(spark, spark.createDataFrame([(1, date(2024, 1, 1))], schema), uri, WriteMode.APPEND, partition_by=["d"])
+
+    @F.udf("int")
+    def meanwhile(value):  # in a Python worker: the other writer commits, once
+        import os
+
+        import deltalake
+        import pyarrow
+
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return value
+        row = pyarrow.table({"id": pyarrow.array([9], pyarrow.int32()), "d": pyarrow.array([date(2024, 1, 1)])})
+        deltalake.write_deltalake(uri, row, mode="append")
+        return value
+
+    later = spark.createDataFrame([(2, date(2024, 1, 1))], schema).withColumn("id", meanwhile("id"))
+    with pytest.raises(Exception, match="DELTA_CONCURRENT_APPEND"):
+        delta_tables.write(spark, later, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], one_row_per_key=True)
+    assert _rows(spark, uri, "id") == [(1,), (9,)], "the other writer's row, and nothing of the failed MERGE"
+    delta_tables.write(spark, later, uri, WriteMode.MERGE_INSERT, ["id"], ["d"], one_row_per_key=True)
+    assert _rows(spark, uri, "id") == [(1,), (2,), (9,)]

@@ -107,4 +107,4 @@ def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resou
     )
     [failure] = [e for e in result.all_events if e.is_step_failure]
     assert f"materialize it with the job '{INCREMENTAL_JOB}'" in str(failure.step_failure_data.error)
-    assert not delta_tables.table_exists(spark, f"{warehouse}/sessions")
+    assert not delta_tables.table_exists(f"{warehouse}/sessions")

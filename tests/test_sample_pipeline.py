@@ -40,7 +40,7 @@ def test_sample_stream_end_to_end(spark, warehouse):
     peek = preview(SETTINGS, now=datetime(2024, 3, 5))
     assert (peek.limits.state.value, peek.new_events > 0) == ("first_run", True)
     assert peek.days_to_recompute == ["2024-03-01", "2024-03-02"]
-    assert not delta_tables.table_exists(spark, f"{warehouse}/incremental_manifest"), "preview writes nothing"
+    assert not delta_tables.table_exists(f"{warehouse}/incremental_manifest"), "preview writes nothing"
 
     instance = DagsterInstance.ephemeral()
     states = []

@@ -21,13 +21,12 @@ INJECTED = "web' OR '1'='1"
 # is added here with its reason (or, better, written with the DataFrame API).
 SQL_TEXT = {
     ("transforms/sessions.py", "F.expr(sql)"): "the deployment's own identifier expression (*_identifier_sql)",
-    ("delta_tables.py", 'F.expr(" AND ".join('): "key columns declared in code, back-quoted",
+    ("delta_tables.py", "mergeInto(target"): "the table's path as a quoted name (path_identifier), not SQL",
     ("delta_tables.py", "condition = \" AND \".join("): "key columns declared in code (deltalake MERGE)",
     ("delta_tables.py", "condition += f"): "a date computed by the run (deltalake MERGE floor)",
     ("delta_tables.py", 'return f"`{self.column}` >='): "a partition window of dates computed by the run",
-    ("maintenance.py", "optimize.where(f"): "a partition value read from the Delta log",
 }
-SQL_CALL = re.compile(r"F\.expr\(|selectExpr\(|\.sql\(|\.where\(f|condition \+?= f?\"|return f\"`")
+SQL_CALL = re.compile(r"F\.expr\(|selectExpr\(|\.sql\(|\.where\(f|condition \+?= f?\"|return f\"`|mergeInto\(")
 
 
 def test_no_setting_is_pasted_into_sql_text():

@@ -29,7 +29,7 @@ def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spa
     else:
         rows = append_hours(spark.spark_session, uri, config.hours)
     _, loaded_until = read_stream_state(uri)
-    commit = delta_tables.last_commit(spark.spark_session, uri)
+    commit = delta_tables.last_commit(uri)
     return MaterializeResult(
         metadata={
             "rows_appended": rows,

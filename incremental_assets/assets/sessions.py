@@ -39,14 +39,14 @@ QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
 
 def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
     """A table's stored rows (state from earlier runs), or none before its first write."""
-    if delta_tables.table_exists(spark, uri):
+    if delta_tables.table_exists(uri):
         return spark.read.format("delta").load(uri)
     return spark.createDataFrame([], schema)
 
 
-def must_write(spark, rows: int, table: str) -> bool:
+def must_write(rows: int, table: str) -> bool:
     """An empty write is skipped, except the first: it creates the table later steps read."""
-    return rows > 0 or not delta_tables.table_exists(spark, table_uri(table))
+    return rows > 0 or not delta_tables.table_exists(table_uri(table))
 
 
 @spark_delta_asset(
@@ -84,7 +84,7 @@ def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
     }
-    if not must_write(session, changed["n"], LIFECYCLE):
+    if not must_write(changed["n"], LIFECYCLE):
         changes.unpersist()
         return Output(None, metadata=metadata)
     if changed["first_day"] is not None:
@@ -146,7 +146,7 @@ def session_batch(
     span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
     at_cap = span["at_cap"]
     quarantine = None
-    if must_write(spark.spark_session, at_cap, QUARANTINE):
+    if must_write(at_cap, QUARANTINE):
         quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 

@@ -98,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--limit", type=int, default=20)
     show.set_defaults(command=_show)
 
+    server = commands.add_parser("connect-server", help="serve Spark Connect with Delta (foreground; SPARK_REMOTE=sc://HOST:PORT)")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=15002)
+    server.add_argument("--master", default="local[*]", help="where the server's work runs")
+    server.set_defaults(command=_connect_server)
+
     demo = commands.add_parser("demo", help="generate the sample stream and run the pipeline over it")
     demo.set_defaults(command=_demo)
     return parser
@@ -166,6 +172,14 @@ def _setup(args) -> None:
     jars = resolve_delta_jars()
     home = environment.dagster_home()
     print(f"Delta jars ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
+
+
+def _connect_server(args) -> None:
+    """Replaced by spark-submit (same process id): stopping it stops the server."""
+    from incremental_assets.resources.spark import connect_server_command
+
+    command = connect_server_command(args.port, args.host, args.master)
+    os.execv(command[0], command)
 
 
 def _spark():

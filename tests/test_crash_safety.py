@@ -17,14 +17,12 @@ import pytest
 from dagster import DagsterInstance
 
 from incremental_assets import delta_tables
-from incremental_assets.loader import write_events
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.runner import run_until_caught_up
-from incremental_assets.sample.generator import SampleParams, generate_table
-from incremental_assets.sample.stream import STREAM_SCHEMA
+from incremental_assets.sample.generator import SampleParams
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
-from tests.warehouse_tables import comparable_tables
+from tests.warehouse_tables import comparable_tables, sample_source, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=7, bot_share=0.2)
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
@@ -85,10 +83,8 @@ POINTS = [
 def stream(spark, tmp_path_factory):
     """The source, and the tables of an uninterrupted run over it."""
     root = tmp_path_factory.mktemp("crash-reference")
-    source = str(root / "source")
-    rows = generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=PARAMS.days + 2))
-    write_events(spark, spark.createDataFrame(rows, STREAM_SCHEMA), source, "append")
-    with _environment(warehouse=root / "warehouse", source=source):
+    source = sample_source(spark, PARAMS, root)
+    with scenario_environment(root / "warehouse", source, SETTINGS):
         runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
     assert all(run.success for run in runs)
     reference = comparable_tables(spark, root / "warehouse")
@@ -96,33 +92,13 @@ def stream(spark, tmp_path_factory):
     return source, reference
 
 
-class _environment:
-    """The warehouse, source and settings of one scenario in os.environ, restored after."""
-
-    def __init__(self, **paths):
-        self.values = {
-            "INCREMENTAL_ASSETS_WAREHOUSE": str(paths["warehouse"]),
-            "INCREMENTAL_ASSETS_SOURCE": str(paths["source"]),
-            **({"DAGSTER_HOME": str(paths["home"])} if "home" in paths else {}),
-            **{f"INCREMENTAL_ASSETS_{name.upper()}": str(value) for name, value in SETTINGS.items()},
-        }
-
-    def __enter__(self):
-        self.saved = {name: os.environ.get(name) for name in self.values}
-        os.environ.update(self.values)
-
-    def __exit__(self, *exc):
-        for name, value in self.saved.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
-
-
 @pytest.mark.soak  # twelve failing processes and their repairs: about 14 minutes here
 @pytest.mark.parametrize("kind", ["raise", "kill"])
 @pytest.mark.parametrize("point", POINTS)
 def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp_path, point, kind):
     source, reference = stream
-    paths = {"warehouse": tmp_path / "warehouse", "source": source, "home": tmp_path / "home"}
-    with _environment(**paths):
+    warehouse = tmp_path / "warehouse"
+    with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
         crashed = subprocess.run(
             [sys.executable, "-c", CHILD, point, kind], env=dict(os.environ), capture_output=True, text=True, timeout=600
         )
@@ -132,7 +108,7 @@ def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp
             reruns = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=instance)
         assert all(run.success for run in reruns), [run.error for run in reruns]
         log = ManifestResource().run_log()
-    assert comparable_tables(spark, paths["warehouse"]) == reference
+    assert comparable_tables(spark, warehouse) == reference
     assert any(record["status"] == "Failed" for record in log), "the failed attempt is in the run log"
-    ids = [r.event_id for r in delta_tables.read_table(spark, f"{paths['warehouse']}/filtered_events").select("event_id").collect()]
+    ids = [r.event_id for r in delta_tables.read_table(spark, f"{warehouse}/filtered_events").select("event_id").collect()]
     assert len(ids) == len(set(ids))

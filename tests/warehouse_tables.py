@@ -3,9 +3,15 @@ events differently (batched against one-shot, interrupted against uninterrupted)
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from incremental_assets import delta_tables
+from incremental_assets.loader import write_events
+from incremental_assets.sample.generator import SampleParams, generate_table
+from incremental_assets.sample.stream import STREAM_SCHEMA
 
 COMPARED = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "daily_aggregates", "attributes")
 # Columns that say when a run did something, not what the data is: left out of the comparison.
@@ -19,3 +25,30 @@ def comparable_tables(spark, warehouse: str | Path) -> dict[str, list[tuple]]:
         columns = sorted(c for c in table.columns if c not in RUN_DEPENDENT.get(name, ()))
         tables[name] = sorted(tuple(row) for row in table.select(*columns).collect())
     return tables
+
+
+def sample_source(spark, params: SampleParams, root: Path) -> str:
+    """The sample stream of `params` (its days, and two more of late loads) as the source table under `root`."""
+    source = str(root / "source")
+    rows = generate_table(params, params.start, params.start + timedelta(days=params.days + 2))
+    write_events(spark, spark.createDataFrame(rows, STREAM_SCHEMA), source, "append")
+    return source
+
+
+@contextmanager
+def scenario_environment(warehouse, source, settings: dict, home=None):
+    """One scenario's warehouse, source, Dagster home and settings in os.environ (so a child
+    process started inside gets them too), restored after."""
+    values = {
+        "INCREMENTAL_ASSETS_WAREHOUSE": str(warehouse),
+        "INCREMENTAL_ASSETS_SOURCE": str(source),
+        **({"DAGSTER_HOME": str(home)} if home is not None else {}),
+        **{f"INCREMENTAL_ASSETS_{name.upper()}": str(value) for name, value in settings.items()},
+    }
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)

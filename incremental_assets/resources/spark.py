@@ -185,9 +185,7 @@ def build_spark_session(
         builder = builder.remote(remote)
     else:
         builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
-        # Normally a cache hit; resolves first (needs the network once) when set-up was skipped.
-        jars = {"spark.jars": ",".join(resolve_delta_jars())}
-        for key, value in {**LOCAL_CONF, **DELTA_CONF, **jars}.items():
+        for key, value in driver_conf().items():
             builder = builder.config(key, value)
     sql_conf = dict(SQL_CONF)
     if shuffle_partitions:
@@ -203,6 +201,25 @@ def build_spark_session(
     for key, value in sql_conf.items():  # a session that already existed gets them too
         session.conf.set(key, value)
     return session
+
+
+def driver_conf() -> dict[str, str]:
+    """What a Spark driver of this project needs at launch: Delta's jars (from the cache; resolved
+    first, with the network once, when set-up was skipped) and extensions, UTC. A Spark Connect
+    server started for the project takes the same (`spark-submit --conf`)."""
+    return {**LOCAL_CONF, **DELTA_CONF, "spark.jars": ",".join(resolve_delta_jars())}
+
+
+def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]") -> list[str]:
+    """spark-submit, from the pyspark distribution, starting a Spark Connect server on host:port
+    with the project's driver settings (Delta's plugin is not needed: no `delta.tables` client)."""
+    conf = {**driver_conf(), "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)}
+    return [
+        str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", master,
+        *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
+    ]
 
 
 class SparkResource(LazyPySparkResource):

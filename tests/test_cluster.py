@@ -1,0 +1,68 @@
+"""The pipeline on a real Spark cluster and over Spark Connect (issue 10): a standalone master and
+worker, then a Connect server, started from the pyspark distribution on 127.0.0.1. The incremental
+job and a daily backfill run there, in one `incremental-assets` process (one driver or client) with
+SPARK_MASTER or SPARK_REMOTE set, and leave exactly the tables that this process's local Spark leaves. The test
+stops what it started, by process group, and shows that nothing of it is left."""
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterInstance
+
+from incremental_assets.runner import run_days, run_until_caught_up
+from incremental_assets.sample.generator import SampleParams
+from incremental_assets.settings import IncrementalSettings
+from incremental_assets.utc import utcnow
+from tests.spark_processes import CHILD_ENV, connect_server, master_state, standalone_cluster
+from tests.warehouse_tables import comparable_tables, sample_source, scenario_environment
+
+PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=11, bot_share=0.2)
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+FIRST_DAY, LAST_DAY = PARAMS.start_date, PARAMS.start_date + timedelta(days=PARAMS.days - 1)
+COMMANDS = (["run", "--until-caught-up"], ["backfill", "--start", FIRST_DAY.isoformat(), "--end", LAST_DAY.isoformat()])
+# Both commands in one process (one driver's start, not two), which leaves as `incremental-assets` does.
+CHILD = """
+import os, sys
+from pyspark.sql import SparkSession
+from incremental_assets import cli
+code = next((code for code in map(cli.main, {commands}) if code), 0)
+SparkSession.getActiveSession().stop()
+sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
+"""
+ENGINES = {"standalone": standalone_cluster, "connect": connect_server}
+
+
+@pytest.fixture(scope="module")
+def stream(spark, tmp_path_factory):
+    """The source, and the tables that the same commands leave on this process's local[2] Spark."""
+    root = tmp_path_factory.mktemp("cluster-reference")
+    source = sample_source(spark, PARAMS, root)
+    with scenario_environment(root / "warehouse", source, SETTINGS):
+        settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.ephemeral()
+        runs = [*run_until_caught_up(settings, report=lambda line: None, instance=instance)]
+        runs.append(run_days(settings, FIRST_DAY, LAST_DAY, instance))
+    assert all(run.success for run in runs), [run.error for run in runs]
+    reference = comparable_tables(spark, root / "warehouse")
+    assert reference["quarantined_sessions"] and reference["daily_aggregates"], "every layer has rows to compare"
+    return source, reference
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_job_and_a_daily_backfill_leave_the_tables_of_local_spark(spark, stream, tmp_path, engine):
+    source, reference = stream
+    warehouse = tmp_path / "warehouse"
+    with ENGINES[engine](tmp_path) as cluster, scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
+        env = {**os.environ, **CHILD_ENV, cluster.variable: cluster.url, "PYSPARK_PYTHON": sys.executable}
+        child = [sys.executable, "-c", CHILD.format(commands=[list(c) for c in COMMANDS])]
+        done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        if engine == "standalone":  # the commands ran as an application of this master...
+            assert len(master_state(cluster.ui_port)["activeapps"] or master_state(cluster.ui_port)["completedapps"]) == 1
+        else:  # ... or in a session of this server
+            assert "sessionId: " in (tmp_path / "connect.log").read_text()
+    assert not cluster.alive(), "every process the test started has stopped"
+    assert comparable_tables(spark, warehouse) == reference

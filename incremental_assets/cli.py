@@ -8,15 +8,20 @@ import os
 import sys
 import time
 from datetime import date
+from typing import NoReturn
 
 from incremental_assets import environment
 
 
 def entry() -> None:
-    """The console script. It leaves without Python's final teardown, in which native thread pools
-    (Arrow's, under deltalake and pyarrow) now and then abort a finished, successful process with
-    "terminate called without an active exception" and a non-zero status."""
-    code = main()
+    """The console script."""
+    leave(main())
+
+
+def leave(code: int) -> NoReturn:
+    """Stop the Spark session and exit with `code`, without Python's final teardown, in which native
+    thread pools (Arrow's, under deltalake and pyarrow) now and then abort a finished, successful
+    process with "terminate called without an active exception" and a non-zero status."""
     if "pyspark.sql" in sys.modules:
         from pyspark.sql import SparkSession
 

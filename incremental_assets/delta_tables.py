@@ -112,17 +112,20 @@ class WriteResult:
         return self.metrics.get("numTargetRowsDeleted", self.metrics.get("numDeletedRows", 0))
 
 
-def table_exists(uri: str) -> bool:
-    """Whether a Delta table is at `uri`, from its log (no Spark job). A table that is there but
-    cannot be read (a corrupted log, storage refusing access) raises, naming the table: a write
-    must never take it for missing and create it afresh."""
+def stored_table(uri: str) -> deltalake.DeltaTable | None:
+    """The table at `uri` opened from its log (no Spark job), or None when there is none. A table
+    that is there but cannot be read (a corrupted log, storage refusing access) raises, naming the
+    table: a write must never take it for missing and create it afresh."""
     try:
-        deltalake.DeltaTable(uri)
+        return deltalake.DeltaTable(uri)
     except TableNotFoundError:
-        return False
+        return None
     except Exception as error:  # noqa: BLE001 - any other failure is the table's, reported as such
         raise UnreadableTableError(f"The Delta table at {uri} cannot be read: {error}") from error
-    return True
+
+
+def table_exists(uri: str) -> bool:
+    return stored_table(uri) is not None
 
 
 def read_table(spark: SparkSession, uri: str) -> DataFrame:
@@ -163,15 +166,16 @@ def write(
         return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
 
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
-    if txn is not None and committed(uri, txn):
+    stored = stored_table(uri)  # its log read once: every choice below is made on this version
+    if txn is not None and committed(stored, txn):
         return _already_committed(uri)
-    if known_empty and mode is WriteMode.REPLACE and table_exists(uri):
-        deltalake.DeltaTable(uri).delete(commit_properties=_commit_properties(txn))
+    if known_empty and mode is WriteMode.REPLACE and stored is not None:
+        stored.delete(commit_properties=_commit_properties(txn))
         return last_commit(uri)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
-        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and table_exists(uri):
+        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None:
             return _merge_small(df.toArrow(), uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
@@ -179,9 +183,9 @@ def write(
                 raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")
             # A row per key, as an insert-only MERGE needs; only then, as this shuffles whole rows.
             df = df.dropDuplicates(list(keys))
-        if not table_exists(uri):
+        if stored is None:
             return save("overwrite")
-        if _nothing_stored_from(uri, merge_floor):
+        if _nothing_stored_from(stored, merge_floor):
             # No stored row can match a key: the MERGE would insert every row; an append skips its join.
             return save("append")
         return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
@@ -198,7 +202,7 @@ def write(
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     """Append a few rows (a run's record) with deltalake: milliseconds, where a Spark write of one
     row costs a job and a second. Same transaction identifier rule as `write`."""
-    if committed(uri, txn):
+    if committed(stored_table(uri), txn):
         return _already_committed(uri)
     deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
     return last_commit(uri)
@@ -213,9 +217,8 @@ def data_files(table: deltalake.DeltaTable) -> pa.Table:
 def stored_max(uri: str, column: str) -> Any:
     """The greatest value of `column` in the table (None: no table, or no non-null value). From the
     files' statistics where every file has them; otherwise the column alone is read (no JVM)."""
-    try:
-        table = deltalake.DeltaTable(uri)
-    except TableNotFoundError:
+    table = stored_table(uri)
+    if table is None:
         return None
     files = data_files(table)
     statistic = f"max.{column}"
@@ -224,13 +227,10 @@ def stored_max(uri: str, column: str) -> Any:
     return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
-def _nothing_stored_from(uri: str, floor: tuple[str, date] | None) -> bool:
+def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:
     """Whether the table has no file a MERGE pruned at `floor` would read (the whole table without
-    one), from the log's file list: no Spark job. False where deltalake cannot open the table."""
-    try:
-        files = data_files(deltalake.DeltaTable(uri))
-    except Exception:  # noqa: BLE001 - storage deltalake cannot reach: let the MERGE decide
-        return False
+    one), from the log's file list: no Spark job."""
+    files = data_files(table)
     if floor is None or files.num_rows == 0:
         return files.num_rows == 0
     column, value = f"partition.{floor[0]}", floor[1]
@@ -246,12 +246,9 @@ def _already_committed(uri: str) -> WriteResult:
     return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
 
 
-def committed(uri: str, txn: Txn) -> bool:
-    """Whether the table already holds `txn` (read from its log by deltalake: no Spark job)."""
-    try:
-        version = deltalake.DeltaTable(uri).transaction_version(txn.app_id)
-    except Exception:  # noqa: BLE001 - no table yet, or storage deltalake cannot open: Delta still skips it
-        return False
+def committed(table: deltalake.DeltaTable | None, txn: Txn) -> bool:
+    """Whether the table (None: no table yet) already holds `txn`, from its log: no Spark job."""
+    version = None if table is None else table.transaction_version(txn.app_id)
     return version is not None and version >= txn.version
 
 

@@ -24,7 +24,7 @@ from incremental_assets.sample.generator import SampleParams, generate_table
 from incremental_assets.sample.stream import STREAM_SCHEMA
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
-from tests.warehouse_tables import COMPARED, comparable_tables
+from tests.warehouse_tables import COMPARED, comparable_tables, scenario_environment
 
 settings.register_profile("ci", max_examples=1, deadline=None, derandomize=True, print_blob=True, suppress_health_check=list(HealthCheck))
 settings.register_profile("soak", max_examples=25, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
@@ -47,11 +47,8 @@ def _settings(backfill_limit_days: int) -> IncrementalSettings:
 
 def _process(spark, root: Path, cuts: list[int], backfill_limit_days: int) -> dict[str, list[tuple]]:
     """Append the loads between consecutive cut hours, running until caught up after each."""
-    saved = {name: os.environ.get(name) for name in ("INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_SOURCE")}
-    os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = str(root / "warehouse")
-    os.environ["INCREMENTAL_ASSETS_SOURCE"] = source = str(root / "source")
-    instance = DagsterInstance.ephemeral()
-    try:
+    source, instance = str(root / "source"), DagsterInstance.ephemeral()
+    with scenario_environment(root / "warehouse", source, {}):
         for first, last in zip(cuts, cuts[1:]):
             load_from, load_until = PARAMS.start + timedelta(hours=first), PARAMS.start + timedelta(hours=last)
             rows = generate_table(PARAMS, load_from, load_until)
@@ -60,10 +57,7 @@ def _process(spark, root: Path, cuts: list[int], backfill_limit_days: int) -> di
                 _settings(backfill_limit_days), report=lambda line: None, instance=instance, now=load_until.isoformat()
             )
             assert all(run.success for run in runs), [run.error for run in runs if not run.success]
-        return comparable_tables(spark, root / "warehouse")
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+    return comparable_tables(spark, root / "warehouse")
 
 
 @st.composite

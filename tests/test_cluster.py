@@ -24,14 +24,7 @@ SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
 FIRST_DAY, LAST_DAY = PARAMS.start_date, PARAMS.start_date + timedelta(days=PARAMS.days - 1)
 COMMANDS = (["run", "--until-caught-up"], ["backfill", "--start", FIRST_DAY.isoformat(), "--end", LAST_DAY.isoformat()])
 # Both commands in one process (one driver's start, not two), which leaves as `incremental-assets` does.
-CHILD = """
-import os, sys
-from pyspark.sql import SparkSession
-from incremental_assets import cli
-code = next((code for code in map(cli.main, {commands}) if code), 0)
-SparkSession.getActiveSession().stop()
-sys.stdout.flush(); sys.stderr.flush(); os._exit(code)
-"""
+CHILD = "from incremental_assets import cli; cli.leave(next((code for code in map(cli.main, {commands}) if code), 0))"
 ENGINES = {"standalone": standalone_cluster, "connect": connect_server}
 
 
@@ -61,7 +54,8 @@ def test_the_job_and_a_daily_backfill_leave_the_tables_of_local_spark(spark, str
         done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         if engine == "standalone":  # the commands ran as an application of this master...
-            assert len(master_state(cluster.ui_port)["activeapps"] or master_state(cluster.ui_port)["completedapps"]) == 1
+            state = master_state(cluster.ui_port)
+            assert len(state["activeapps"] or state["completedapps"]) == 1
         else:  # ... or in a session of this server
             assert "sessionId: " in (tmp_path / "connect.log").read_text()
     assert not cluster.alive(), "every process the test started has stopped"

@@ -67,7 +67,7 @@ def around(method, before):
     "in the middle of a daily backfill": lambda: after_writing("daily_aggregates"),
     "between Processing and its pair": lambda: around("acquire", before=False),
 }[point]()
-sys.exit(cli.main(["run", "--until-caught-up"]))
+cli.leave(cli.main(["run", "--until-caught-up"]))
 """
 POINTS = [
     "after the lifecycle merge",

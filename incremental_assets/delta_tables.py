@@ -284,10 +284,31 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
 
 
 def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:
-    """Row counts per value of `column` inside `window`, read with partition pruning."""
+    """Row counts per value of `column` inside `window`: from the log's file statistics when the
+    table is partitioned by `column` (no Spark job), otherwise by a read with partition pruning."""
+    counts = _partition_counts(stored_table(uri), column, window)
+    if counts is not None:
+        return counts
     df = read_table(spark, uri)
     rows = df.where(window.condition(df.schema[window.column].dataType)).groupBy(column).count().collect()
     return {row[column]: row["count"] for row in rows}
+
+
+def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: Window) -> dict | None:
+    """Rows per partition value of `column` inside `window`, summed over the files' record counts;
+    None when the log cannot say (not partitioned by it, a file without statistics or with deleted rows)."""
+    if table is None or column not in table.metadata().partition_columns:
+        return None
+    files = data_files(table)
+    records = files.column("num_records")
+    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
+    if records.null_count or any(files.column(name).null_count < files.num_rows for name in deletions):
+        return None
+    counts: dict = {}
+    for value, rows in zip(files.column(f"partition.{column}").to_pylist(), records.to_pylist()):
+        if value is not None and window.contains(value):
+            counts[value] = counts.get(value, 0) + rows
+    return counts
 
 
 def _save(

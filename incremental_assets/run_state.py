@@ -7,12 +7,13 @@ back as Dagster inputs of the same run; these functions convert them to and from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
 
 from incremental_assets.logic.limits import BatchStats, RunLimits, RunState
 from incremental_assets.utc import UTC_TIMESTAMP, aware, naive
@@ -24,15 +25,67 @@ LIMITS_SCHEMA = pa.schema(
 
 
 @dataclass(frozen=True)
+class Found:
+    """What a batch's events are: how many, the greatest cursor value among them, and how many
+    copies of them the dedupe dropped (None: not known, for a batch counted from its stored rows)."""
+
+    events: int
+    batch_max: datetime | None
+    duplicates: int | None
+
+
+NOTHING_FOUND = Found(0, None, 0)
+
+
+@dataclass(frozen=True)
 class RunBatch:
-    """This run's events (every event of the sessions it touches) and what they are."""
+    """This run's events (every event of the sessions it touches) and what they found.
+
+    session_batch hands its events over with their counts observed (`found` is an Observation of
+    `transforms.sessions.batch_counts`): the IO manager's write of the events fills it, so the batch
+    is deduplicated once, by that write, not a second time to be counted first. Loaded back by the
+    next steps, a batch carries the counts its materialization's metadata stored.
+    """
 
     events: DataFrame
-    stats: BatchStats
+    limits: RunLimits
+    next_event: datetime | None
+    found: Found | Observation
+    cursor: str  # the session timestamp column (what batch_max is the greatest of)
 
     @property
-    def limits(self) -> RunLimits:
-        return self.stats.limits
+    def known_empty(self) -> bool:
+        return self.found == NOTHING_FOUND
+
+    @property
+    def stats(self) -> BatchStats:
+        if not isinstance(self.found, Found):
+            raise ValueError("a batch's counts are known once its events are written: see RunBatch.counted")
+        return BatchStats(self.limits, self.found.events, self.found.batch_max, self.next_event)
+
+    def counted(self, written: bool, stored: Callable[[], DataFrame]) -> "RunBatch":
+        """The batch with its counts, once its events are stored: those its write observed, or, when
+        nothing was written (an earlier attempt of the step committed it) or the write reported no
+        metrics (a Spark Connect server may not), counted from the `stored` rows."""
+        if isinstance(self.found, Found):
+            return self
+        found = _observed(self.found) if written else None
+        if found is None:
+            row = stored().agg(F.count(F.lit(1)).alias("n"), F.max(self.cursor).alias("batch_max")).first()
+            found = Found(row["n"], row["batch_max"], None)
+        return replace(self, found=found)
+
+
+def _observed(observation: Observation) -> Found | None:
+    metrics = observation.get
+    if "events" not in metrics:
+        return None
+    micros = metrics["batch_max_micros"]
+    batch_max = None if micros is None else EPOCH + timedelta(microseconds=micros)
+    return Found(int(metrics["events"]), batch_max, int(metrics["duplicates"] or 0))
+
+
+EPOCH = datetime(1970, 1, 1)
 
 
 def materialization_metadata(materialization) -> dict[str, Any]:
@@ -59,15 +112,25 @@ def limits_metadata(limits: RunLimits) -> dict[str, str]:
     }
 
 
-def batch_metadata(stats: BatchStats) -> dict[str, Any]:
-    """The batch's stats as materialization metadata: shown in the UI, and read back by the next steps."""
+def batch_metadata(batch: RunBatch) -> dict[str, Any]:
+    """A counted batch's stats as materialization metadata: shown in the UI, read back by the next steps."""
+    stats = batch.stats
+    duplicates = {} if batch.found.duplicates is None else {"duplicates_dropped": batch.found.duplicates}
     return {
         **limits_metadata(stats.limits),
         "events_found": stats.events_found,
         "batch_max": _text(stats.batch_max),
         "next_event": _text(stats.next_event),
         "caught_up": stats.caught_up,
+        "cursor_column": batch.cursor,
+        **duplicates,
     }
+
+
+def batch_from_metadata(events: DataFrame, metadata: Mapping[str, Any]) -> RunBatch:
+    stats = stats_from_metadata(metadata)
+    found = Found(stats.events_found, stats.batch_max, metadata.get("duplicates_dropped"))
+    return RunBatch(events, stats.limits, stats.next_event, found, metadata["cursor_column"])
 
 
 def stats_from_metadata(metadata: Mapping[str, Any]) -> BatchStats:

@@ -1,5 +1,6 @@
 """Run limits (SPEC §4) on plain values: the spec's reference vectors, edge cases, the update rule."""
 
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from incremental_assets.logic.limits import (
     RunLimits,
     RunState,
     keyhole_limits,
+    nothing_new,
     run_limits,
 )
 
@@ -145,6 +147,17 @@ def test_skip_when_already_ahead():
     assert ahead.ahead and ahead.advanced() is None
     assert not Cursor("b", ManifestEntry("b"), stats).ahead
     assert not Cursor("c", None, stats).ahead
+
+
+def test_nothing_new_only_when_every_asset_of_the_run_is_past_the_window():
+    limits = RunLimits(RunState.STANDARD, datetime(2021, 6, 1, 6), NOW, NOW)
+    at_now = ManifestEntry("a", last_success=datetime(2021, 6, 1, 9), last_upper=NOW)  # moved on to 'now'
+    behind = ManifestEntry("b", last_success=datetime(2021, 6, 1, 11, 59))
+    assert nothing_new(limits, {"a": at_now, "b": replace(at_now, model="b")}, ["a", "b"])
+    assert not nothing_new(limits, {"a": at_now, "b": behind}, ["a", "b"])
+    assert not nothing_new(limits, {"a": at_now}, ["a", "b"]), "b is new: it backfills"
+    keyhole = RunLimits(RunState.KEYHOLE, datetime(2021, 5, 1), datetime(2021, 5, 2), NOW)
+    assert not nothing_new(keyhole, {"a": at_now}, ["a"]), "an explicit window is processed wherever the manifest is"
 
 
 def test_an_explicit_window_writes_no_state():

@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
-from incremental_assets.assets.sessions import sessions
+from incremental_assets.assets.sessions import NOTHING_NEW, sessions
 from incremental_assets.definitions import base_chain, build_definitions
 from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.incremental import incremental_asset
@@ -38,11 +38,11 @@ def runner(spark, warehouse, monkeypatch, tmp_path):
     instance = DagsterInstance.ephemeral()
     FAIL_FLAG["fail"] = False
 
-    def run(*extra):
+    def run(*extra, now=NOW):
         defs = build_definitions(IncrementalSettings(**SETTINGS), extra_incremental=extra)
         result = defs.resolve_job_def(INCREMENTAL_JOB).execute_in_process(
             instance=instance, raise_on_error=False,
-            run_config={"ops": {"new_event_limits": {"config": {"now": NOW}}}},
+            run_config={"ops": {"new_event_limits": {"config": {"now": now}}}},
         )
         metadata = {
             e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
@@ -92,6 +92,32 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
     assert (limits["run_state"], limits["lower_limit"], limits["upper_limit"]) == (
         "out_of_sync", "2021-01-02 06:00:00", "2021-01-03 12:00:00")
     assert len(set(manifest().values())) == 1
+
+
+def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse):
+    """Once every asset reached 'now', a run at the same 'now' skips the session layer: no read,
+    no write, the manifest where it was, and an empty batch."""
+    run, manifest = runner
+    now = "2021-01-02T12:00:00"
+    run(now=now)  # [01-01, 01-02]
+    run(now=now)  # up to 'now': every asset's position reaches it
+    tables = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
+    versions = {table: delta_tables.last_commit(f"{warehouse}/{table}").version for table in tables}
+    before = manifest()
+
+    ok, meta = run(now=now)
+    assert ok and meta["new_event_limits"]["run_state"] == "standard"
+    assert meta["sessions_lifecycle_manifest"]["skipped"] == NOTHING_NEW["skipped"]
+    assert meta["events_this_run"]["skipped"] == NOTHING_NEW["skipped"]
+    assert (meta["events_this_run"]["events_found"], meta["events_this_run"]["caught_up"]) == (0, True)
+    assert meta["filtered_events"]["skipped"] == meta["sessions"]["skipped"] == "already ahead of this run's window"
+    assert {table: delta_tables.last_commit(f"{warehouse}/{table}").version for table in tables} == versions
+    assert manifest() == before
+    assert delta_tables.stored_table(f"{warehouse}/events_this_run").to_pyarrow_table().num_rows == 0
+
+    ok, meta = run(now="2021-01-02T13:00:00")  # an hour later: the lookback is processed again
+    assert ok and "skipped" not in meta["sessions_lifecycle_manifest"]
+    assert meta["events_this_run"]["events_found"] > 0
 
 
 def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resource, warehouse):

@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import pytest
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from incremental_assets.atomic_events import SAMPLE_SCHEMA
 from incremental_assets.attributes import parse_attributes
 from incremental_assets.logic.days import DayArrivals
+from incremental_assets.logic.limits import RunLimits, RunState
+from incremental_assets.run_state import Found, RunBatch
 from incremental_assets.sample.stream import events_frame
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import sessions as T
@@ -260,8 +263,8 @@ def test_a_session_whose_lifecycle_end_reached_its_cap_is_quarantined(spark):
 
 
 @pytest.fixture(scope="module")
-def run_events(spark) -> dict:
-    """session_events on the load_tstamp cursor, keyed by event_id."""
+def session_events(spark):
+    """session_events on the load_tstamp cursor."""
     settings = IncrementalSettings(start_date="2021-01-01", session_timestamp="load_tstamp", max_session_days=3)
     sessions = frame(spark, LIFECYCLE, [
         ("S1", "U1", t("02 10:00"), t("05 10:00")),
@@ -281,7 +284,12 @@ def run_events(spark) -> dict:
     sessions = sessions.withColumn("lifecycle_end_tstamp", F.col("end_tstamp"))
     span = T.sessions_span(sessions, 3)
     assert (span["sessions"], span["at_cap"], span["lo"], span["hi"]) == (2, 1, t("02 10:00"), t("06 00:00"))
-    return {r.event_id: r for r in T.session_events(source, sessions, settings, span).collect()}
+    return T.session_events(source, sessions, settings, span)
+
+
+@pytest.fixture(scope="module")
+def run_events(session_events) -> dict:
+    return {r.event_id: r for r in session_events.collect()}
 
 
 def test_session_events_are_this_runs_sessions_within_their_caps(run_events):
@@ -300,6 +308,20 @@ def test_copies_loaded_together_go_to_the_one_created_first(run_events):
 
 def test_the_user_of_a_session_event_comes_from_the_lifecycle(run_events):
     assert run_events["a1"][T.USER] == "U1"
+
+
+def test_the_batch_is_counted_by_its_write(session_events, tmp_path):
+    """a1, a2, a3, a5, b1; the last loaded is b1 (05 12:00); a2 and a3 had a second copy each.
+    Without a write that ran (an earlier attempt committed it), the stored rows are counted."""
+    limits = RunLimits(RunState.STANDARD, t("05 06:00"), t("06 00:00"), t("06 00:00"))
+    observation = Observation()
+    events = session_events.observe(observation, *T.batch_counts("load_tstamp")).drop(T.COPIES)
+    batch = RunBatch(events, limits, None, observation, "load_tstamp")
+    uri = str(tmp_path / "events_this_run")
+    events.write.format("delta").save(uri)
+    stored = lambda: events.sparkSession.read.format("delta").load(uri)  # noqa: E731
+    assert batch.counted(written=True, stored=stored).found == Found(5, t("05 12:00"), 2)
+    assert batch.counted(written=False, stored=stored).found == Found(5, t("05 12:00"), None)
 
 
 # daily_partials and attributes_from_daily

@@ -15,7 +15,7 @@ from dagster import (
     asset_check,
     multi_asset,
 )
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
@@ -23,12 +23,13 @@ from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
 from incremental_assets.atomic_events import with_optional_columns
 from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.environment import source_table_uri, table_uri
-from incremental_assets.incremental import incremental_asset
+from incremental_assets.incremental import incremental_asset, incremental_models_in_run
 from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, ROWS_AT_MOST, delta_table
-from incremental_assets.logic.limits import BatchStats, RunLimits
+from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
+from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import RunBatch
+from incremental_assets.run_state import NOTHING_FOUND, RunBatch
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
@@ -49,6 +50,14 @@ def must_write(rows: int, table: str) -> bool:
     return rows > 0 or not delta_tables.table_exists(table_uri(table))
 
 
+def nothing_new_in_run(context: AssetExecutionContext, limits: RunLimits, manifest: ManifestResource) -> bool:
+    """Every incremental asset of this run is already past its window: the session layer skips its reads."""
+    return nothing_new(limits, manifest.entries(), incremental_models_in_run(context))
+
+
+NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its upper limit: nothing new to process"}
+
+
 @spark_delta_asset(
     name=LIFECYCLE,
     ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
@@ -57,7 +66,12 @@ def must_write(rows: int, table: str) -> bool:
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
-def sessions_lifecycle_manifest(limits: RunLimits, settings: IncrementalSettings, spark: SparkResource) -> Output:
+def sessions_lifecycle_manifest(
+    context: AssetExecutionContext, limits: RunLimits, settings: IncrementalSettings, spark: SparkResource,
+    manifest: ManifestResource,
+) -> Output:
+    if nothing_new_in_run(context, limits, manifest):
+        return Output(None, metadata=NOTHING_NEW)
     session = spark.spark_session
     ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
@@ -138,12 +152,17 @@ def sessions_unique_and_within_cap(
 )
 def session_batch(
     context: AssetExecutionContext, limits: RunLimits, lifecycle: DataFrame, settings: IncrementalSettings,
-    spark: SparkResource,
+    spark: SparkResource, manifest: ManifestResource,
 ):
     """The sessions active in the window, computed once: the ones to quarantine, and all their events."""
     ts = settings.session_timestamp
-    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days).cache()
-    span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
+    idle = nothing_new_in_run(context, limits, manifest)
+    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days)
+    if idle:  # an empty batch, and no event after the window: its upper limit is 'now' (see nothing_new)
+        active, span = active.where(F.lit(False)), T.NO_SESSIONS
+    else:
+        active = active.cache()
+        span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
     at_cap = span["at_cap"]
     quarantine = None
     if must_write(at_cap, QUARANTINE):
@@ -152,25 +171,15 @@ def session_batch(
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
     events = T.session_events(source, active, settings, span)
-    # Not cached: these stats need a few narrow columns, which Spark reads and dedupes far cheaper
-    # than it would cache every column of a big batch before the write reads it once.
-    found = events.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.max(ts).alias("batch_max"),
-        F.sum(F.col(T.COPIES) - 1).alias("duplicates"),
-        F.count_distinct(T.SESSION).alias("sessions"),
-    ).first() if span["sessions"] else {"n": 0, "batch_max": None, "duplicates": 0, "sessions": 0}
-    stats = BatchStats(limits, found["n"], found["batch_max"], T.next_event_after(source, ts, limits.upper, limits.now))
-    if stats.events_found == 0:
-        context.log.info(f"No eligible events between {limits.lower} and {limits.upper}")
+    found = NOTHING_FOUND
+    if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
+        found = Observation()
+        events = events.observe(found, *T.batch_counts(ts))
+    next_event = None if idle else T.next_event_after(source, ts, limits.upper, limits.now)
     yield Output(
-        RunBatch(events.drop(T.COPIES), stats),
+        RunBatch(events.drop(T.COPIES), limits, next_event, found, ts),
         EVENTS_THIS_RUN,
-        metadata={
-            "dagster/row_count": stats.events_found,
-            "duplicates_dropped": found["duplicates"] or 0,
-            "sessions_this_run": found["sessions"],
-        },
+        metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
     )
     active.unpersist()
 

@@ -52,6 +52,7 @@ from incremental_assets.resources.spark import SparkResource
 from incremental_assets.run_log import alive_in, as_markdown
 from incremental_assets.run_state import (
     RunBatch,
+    batch_from_metadata,
     batch_metadata,
     limits_from_row,
     limits_metadata,
@@ -189,12 +190,12 @@ class DeltaIOManager(ConfigurableIOManager):
         if isinstance(obj, RunLimits):
             self._write_run_record(context, spec, obj, uri)
             return
-        frame, metadata = (obj.events, batch_metadata(obj.stats)) if isinstance(obj, RunBatch) else (obj, {})
-        if frame is None:
-            context.add_output_metadata({**metadata, "written": False, "table_uri": MetadataValue.path(uri)})
+        if isinstance(obj, RunBatch):
+            self._write_batch(context, spec, obj, uri)
+        elif obj is None:
+            context.add_output_metadata({"written": False, "table_uri": MetadataValue.path(uri)})
         else:
-            known_empty = isinstance(obj, RunBatch) and not obj.stats.events_found
-            self._write(context, spec, frame, uri, metadata, known_empty)
+            self._write(context, spec, obj, uri)
         if cursor is not None:
             self._advance(context, cursor)
         if spec.progress is Progress.DAILY:
@@ -214,9 +215,16 @@ class DeltaIOManager(ConfigurableIOManager):
             {**limits_metadata(limits), **write_metadata(columns, uri, result), "dagster/row_count": previews.row_count(uri)}
         )
 
+    def _write_batch(self, context: OutputContext, spec: TableSpec, batch: RunBatch, uri: str) -> None:
+        """The scratch table, then what the batch found, as its write counted it (see RunBatch)."""
+        result = self._write(context, spec, batch.events, uri, known_empty=batch.known_empty)
+        spark = batch.events.sparkSession
+        counted = batch.counted(written=not result.skipped, stored=lambda: delta_tables.read_table(spark, uri))
+        context.add_output_metadata(batch_metadata(counted))
+
     def _write(
-        self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, metadata: dict, known_empty: bool
-    ) -> None:
+        self, context: OutputContext, spec: TableSpec, frame: DataFrame, uri: str, known_empty: bool = False
+    ) -> delta_tables.WriteResult:
         spark = frame.sparkSession
         window = self._output_window(context, spec, uri)
         properties = spec.table_properties(frame.columns)
@@ -235,11 +243,12 @@ class DeltaIOManager(ConfigurableIOManager):
         if result.skipped:
             context.log.info(f"{uri}: this run's write is already committed (Delta transaction {txn.app_id})")
         columns = [TableColumn(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
-        context.add_output_metadata({**metadata, **write_metadata(columns, uri, result)})
+        context.add_output_metadata(write_metadata(columns, uri, result))
         if window is not None:
             self._record_partition_counts(context, spark, uri, window)
         elif not context.has_asset_partitions:
             context.add_output_metadata({"dagster/row_count": previews.row_count(uri)})
+        return result
 
     def _txn(self, context: OutputContext) -> Txn | None:
         """Writes of the incremental job are keyed by the run that decided the window, so a re-executed
@@ -277,8 +286,8 @@ class DeltaIOManager(ConfigurableIOManager):
             return limits_from_row(row)
         spark = self.spark.spark_session
         if kind is RunBatch:
-            stats = stats_from_metadata(materialization_metadata(self._required_from_this_run(context, name).asset_materialization))
-            return RunBatch(delta_tables.read_table(spark, uri), stats)
+            metadata = materialization_metadata(self._required_from_this_run(context, name).asset_materialization)
+            return batch_from_metadata(delta_tables.read_table(spark, uri), metadata)
         df = delta_tables.read_table(spark, uri)
         if not context.has_asset_partitions:
             return df

@@ -94,6 +94,19 @@ def keyhole_limits(lower: datetime, upper: datetime, now: datetime) -> RunLimits
     return RunLimits(RunState.KEYHOLE, lower, upper, now)
 
 
+def ahead_of(limits: RunLimits, entry: ManifestEntry | None) -> bool:
+    """Whether an asset at `entry` has nothing new in the window: it is at or past the upper limit.
+    A keyhole backfill processes its window wherever the manifest stands."""
+    position = entry.position if entry else None
+    return limits.moves_manifest and position is not None and limits.upper <= position
+
+
+def nothing_new(limits: RunLimits, manifest: Mapping[str, ManifestEntry], models: Iterable[str]) -> bool:
+    """Every incremental asset of the run is ahead of its window (a run repeated with no new data and
+    the same 'now'): none will write, so the session layer has nothing to compute either."""
+    return all(ahead_of(limits, manifest.get(model)) for model in models)
+
+
 @dataclass(frozen=True)
 class BatchStats:
     """What a run's batch (events_this_run) found; it decides how every incremental asset moves."""
@@ -124,9 +137,7 @@ class Cursor:
     @property
     def ahead(self) -> bool:
         """Already at or past this run's upper limit (e.g. the others during a new asset's backfill)."""
-        position = self.entry.position if self.entry else None
-        limits = self.batch.limits
-        return limits.moves_manifest and position is not None and limits.upper <= position
+        return ahead_of(self.batch.limits, self.entry)
 
     def advanced(self) -> ManifestEntry | None:
         """The row to store once this asset's write committed; None when no state is written.

@@ -187,6 +187,19 @@ def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at
     return sessions.where(_reached_cap(max_session_days)).select(SESSION, F.lit(quarantined_at).alias("quarantined_at"))
 
 
+def batch_counts(ts: str) -> list[Column]:
+    """What `session_events` found, as aggregates its write observes (see run_state.RunBatch): the
+    events, the greatest cursor value (microseconds since the epoch), the copies the dedupe dropped."""
+    return [
+        F.count(F.lit(1)).alias("events"),
+        F.unix_micros(F.max(ts)).alias("batch_max_micros"),
+        F.sum(F.col(COPIES) - 1).alias("duplicates"),
+    ]
+
+
+NO_SESSIONS = {"sessions": 0, "at_cap": 0, "lo": None, "hi": None}  # the span of a run without sessions
+
+
 def sessions_span(sessions: DataFrame, max_session_days: int):
     """In one pass over this run's sessions: how many, how many reached their cap, and the span
     [lo, hi] of cursor values their events can have (None, None without sessions)."""

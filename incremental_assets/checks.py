@@ -38,9 +38,12 @@ def nothing_written(check_name: str | None = None) -> AssetCheckResult:
     return AssetCheckResult(passed=True, check_name=check_name, metadata={"checked": "nothing: the latest write changed no row"})
 
 
-def from_offending_rows(offending: DataFrame, what: str, scope: str, check_name: str | None = None) -> AssetCheckResult:
-    """Pass when `offending` is empty; otherwise fail and show the first rows found."""
-    found = [{key: str(value) for key, value in row.asDict().items()} for row in offending.limit(EXAMPLES).collect()]
+def from_offending_rows(
+    offending: DataFrame | list[dict], what: str, scope: str, check_name: str | None = None
+) -> AssetCheckResult:
+    """Pass when `offending` (a DataFrame, or rows in hand) is empty; otherwise fail and show the first rows found."""
+    rows = offending[:EXAMPLES] if isinstance(offending, list) else [r.asDict() for r in offending.limit(EXAMPLES).collect()]
+    found = [{key: str(value) for key, value in row.items()} for row in rows]
     return AssetCheckResult(
         passed=not found,
         check_name=check_name,

@@ -16,7 +16,7 @@ from incremental_assets.names import DAILY_AGGREGATES, FILTERED_EVENTS
 from incremental_assets.names import LIFECYCLE as LIFECYCLE_NAME
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import sessions as T
-from incremental_assets.logic.days import BEYOND_HORIZON, PROCESSED, DayStatus
+from incremental_assets.logic.days import BEYOND_HORIZON, PROCESSED, DayStatus, mismatched_days
 from incremental_assets.logic.limits import BatchStats, Cursor, RunLimits, RunState
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.transforms import checks as C
@@ -74,16 +74,13 @@ def test_events_beyond_cap_are_outside_their_session_span(spark):
     }
 
 
-def test_daily_mismatches_compare_each_day_both_ways(spark):
-    aggregates = spark.createDataFrame(
-        [("k1", date(2021, 1, 1), 2), ("k2", date(2021, 1, 1), 1), ("k1", date(2021, 1, 2), 5), ("k1", date(2021, 1, 4), 1)],
-        "attribute_key string, event_date date, events long",
-    )
-    # Day 1: 3 aggregated, 3 stored (agrees); day 2: 5 vs 4; day 3: none aggregated, 1 stored; day 4: 1 vs none.
-    stored = [date(2021, 1, 1)] * 3 + [date(2021, 1, 2)] * 4 + [date(2021, 1, 3)]
-    events = spark.createDataFrame([(f"e{i}", d) for i, d in enumerate(stored)], "event_id string, event_date date")
-    found = sorted(tuple(r) for r in C.daily_mismatches(aggregates, events).select("event_date", "aggregated", "filtered_events").collect())
-    assert found == [(date(2021, 1, 2), 5, 4), (date(2021, 1, 3), 0, 1), (date(2021, 1, 4), 1, 0)]
+def test_daily_mismatches_compare_each_day_both_ways():
+    # Day 1: 3 aggregated, 3 held (agrees); day 2: 5 vs 4; day 3: none aggregated, 1 held; day 4: 1 vs none.
+    aggregated = {date(2021, 1, 1): 3, date(2021, 1, 2): 5, date(2021, 1, 4): 1}
+    held = {date(2021, 1, 1): 3, date(2021, 1, 2): 4, date(2021, 1, 3): 1}
+    assert [tuple(row.values()) for row in mismatched_days(aggregated, held)] == [
+        (date(2021, 1, 2), 5, 4), (date(2021, 1, 3), 0, 1), (date(2021, 1, 4), 1, 0)
+    ]
 
 
 # The checks on real Delta tables: they read what the latest write changed, and fail on a planted fault.
@@ -209,7 +206,8 @@ def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
 
 def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, warehouse):
     """The check inside daily_aggregates reads back what is stored for the run's days: here a table
-    planted before (invoked directly, no IO manager writes), 3 events on 1 March against 2 filtered."""
+    planted before (invoked directly, no IO manager writes), 3 events on 1 March against the 2 that
+    filtered_events holds (as its log counts them)."""
     from dagster import build_asset_context
 
     from incremental_assets.assets.daily import build_daily_assets
@@ -218,6 +216,7 @@ def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered
     events = frame(spark, "event_id string, user_identifier string, event_date date, derived_tstamp timestamp", [
         ("e1", "u1", date(2024, 3, 1), datetime(2024, 3, 1, 1)), ("e2", "u2", date(2024, 3, 1), datetime(2024, 3, 1, 2)),
     ])
+    delta_tables.write(spark, events, f"{warehouse}/{FILTERED_EVENTS}", WriteMode.APPEND, partition_by=["event_date"])
     daily = build_daily_assets(date(2024, 3, 1))
 
     def reconcile(stored_counts):

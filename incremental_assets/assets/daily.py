@@ -32,6 +32,7 @@ from incremental_assets.logic.days import (
     DayStatus,
     contiguous_ranges,
     days_to_process,
+    mismatched_days,
 )
 from incremental_assets.logic.limits import RunLimits
 from incremental_assets.previews import markdown_table
@@ -148,12 +149,15 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
                 "days_with_events": len(per_day),
             },
         )
-        # The IO manager has written the window: reconcile what is stored for those days.
-        stored = delta_tables.read_table(filtered_events.sparkSession, table_uri(DAILY_AGGREGATES))
-        stored = stored.where(window.condition(stored.schema["event_date"].dataType))
-        mismatches = C.daily_mismatches(stored, day_events)
+        # The IO manager has written the window: reconcile what is stored for those days with the
+        # rows filtered_events holds for them (counted from its log's file statistics: no scan).
+        spark = filtered_events.sparkSession
+        stored = delta_tables.read_table(spark, table_uri(DAILY_AGGREGATES))
+        per_day = stored.where(window.condition(stored.schema["event_date"].dataType)).groupBy("event_date")
+        aggregated = {r.event_date: r.events for r in per_day.agg(F.sum("events").alias("events")).collect()}
+        held = delta_tables.count_by(spark, table_uri(FILTERED_EVENTS), "event_date", window)
         scope = f"event_date in [{window.start.date()}, {window.end.date()})"
-        yield from_offending_rows(mismatches, "days whose aggregates disagree with filtered_events", scope)
+        yield from_offending_rows(mismatched_days(aggregated, held), "days whose aggregates disagree with filtered_events", scope)
 
     return daily_aggregates
 

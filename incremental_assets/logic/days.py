@@ -172,3 +172,13 @@ def contiguous_ranges(days: Iterable[date]) -> list[tuple[date, date]]:
         else:
             ranges.append((day, day))
     return ranges
+
+
+def mismatched_days(aggregated: Mapping[date, int], held: Mapping[date, int]) -> list[dict[str, Any]]:
+    """Days whose aggregated event count differs from the events filtered_events holds, either way
+    (a day missing on one side counts 0 there), in date order."""
+    return [
+        {"event_date": day, "aggregated": aggregated.get(day, 0), "filtered_events": held.get(day, 0)}
+        for day in sorted(set(aggregated) | set(held))
+        if aggregated.get(day, 0) != held.get(day, 0)
+    ]

@@ -34,11 +34,3 @@ def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_sess
     start = F.col("session_start")
     outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + days(max_session_days))
     return events.join(sessions, SESSION, "left").where(outside).select("event_id", SESSION, ts, "session_start")
-
-
-def daily_mismatches(aggregates: DataFrame, events: DataFrame) -> DataFrame:
-    """Days whose aggregated event count differs from the events filtered_events holds for them."""
-    aggregated = aggregates.groupBy("event_date").agg(F.sum("events").alias("aggregated"))
-    stored = events.groupBy("event_date").agg(F.count(F.lit(1)).alias("filtered_events"))
-    both = aggregated.join(stored, "event_date", "full").fillna(0, ["aggregated", "filtered_events"])
-    return both.where(F.col("aggregated") != F.col("filtered_events"))

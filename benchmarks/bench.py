@@ -40,11 +40,12 @@ os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 
 from dagster import DagsterInstance  # noqa: E402
 import pyarrow as pa
+import pyspark
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from incremental_assets import environment
-from incremental_assets.resources.spark import build_spark_session
+from incremental_assets.resources.spark import DELTA_VERSION, build_spark_session
 from incremental_assets.runner import RunSummary, run_days, run_incremental
 from incremental_assets.sample.generator import SampleParams
 from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
@@ -292,10 +293,11 @@ def write_results(results: dict, command: str) -> None:
         "",
         f"Command: `{command}`  ",
         f"Machine: {results['machine']}  ",
-        f"Measured: {results['measured_at']}",
+        f"Measured: {results['measured_at']}  ",
+        f"Engine: {results['engine']} (other pairs measured against it: benchmarks/engine.md)",
         "",
         "```json",
-        json.dumps({k: v for k, v in results.items() if k not in ("machine", "measured_at")}, indent=2, default=str),
+        json.dumps({k: v for k, v in results.items() if k not in ("machine", "measured_at", "engine")}, indent=2, default=str),
         "```",
         "",
     ]
@@ -311,6 +313,7 @@ def main() -> None:
     results = {
         "machine": f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "measured_at": datetime.now().isoformat(timespec="seconds"),
+        "engine": f"Spark {pyspark.__version__} with Delta {DELTA_VERSION}",
         "size": {"name": args.size, **asdict(size), "reps": args.reps},
         "spark_start_seconds": round(cold_spark_start_seconds(), 2),
     }

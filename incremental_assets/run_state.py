@@ -7,6 +7,7 @@ back as Dagster inputs of the same run; these functions convert them to and from
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Mapping
@@ -37,6 +38,9 @@ class Found:
 NOTHING_FOUND = Found(0, None, 0)
 
 
+OBSERVED_WAIT_SECONDS = 60  # for a write's observed metrics, before its rows are counted instead
+
+
 @dataclass(frozen=True)
 class RunBatch:
     """This run's events (every event of the sessions it touches) and what they found.
@@ -63,21 +67,27 @@ class RunBatch:
             raise ValueError("a batch's counts are known once its events are written: see RunBatch.counted")
         return BatchStats(self.limits, self.found.events, self.found.batch_max, self.next_event)
 
-    def counted(self, written: bool, stored: Callable[[], DataFrame]) -> "RunBatch":
+    def counted(self, written: bool, stored: Callable[[], DataFrame], wait_seconds: float = OBSERVED_WAIT_SECONDS) -> "RunBatch":
         """The batch with its counts, once its events are stored: those its write observed, or, when
         nothing was written (an earlier attempt of the step committed it) or the write reported no
-        metrics (a Spark Connect server may not), counted from the `stored` rows."""
+        metrics within `wait_seconds` (a Spark Connect server may report none), counted from the
+        `stored` rows. A run never waits on metrics that will not come."""
         if isinstance(self.found, Found):
             return self
-        found = _observed(self.found) if written else None
+        found = _observed(self.found, wait_seconds) if written else None
         if found is None:
             row = stored().agg(F.count(F.lit(1)).alias("n"), F.max(self.cursor).alias("batch_max")).first()
             found = Found(row["n"], row["batch_max"], None)
         return replace(self, found=found)
 
 
-def _observed(observation: Observation) -> Found | None:
-    metrics = observation.get
+def _observed(observation: Observation, wait_seconds: float) -> Found | None:
+    """The observed counts; they reach the driver through Spark's listener bus, just after the write
+    returns. Classic Spark's `get` blocks until they do, so it is asked from a thread of its own."""
+    metrics: dict = {}
+    reader = threading.Thread(target=lambda: metrics.update(observation.get), daemon=True)
+    reader.start()
+    reader.join(wait_seconds)
     if "events" not in metrics:
         return None
     micros = metrics["batch_max_micros"]

@@ -322,6 +322,9 @@ def test_the_batch_is_counted_by_its_write(session_events, tmp_path):
     stored = lambda: events.sparkSession.read.format("delta").load(uri)  # noqa: E731
     assert batch.counted(written=True, stored=stored).found == Found(5, t("05 12:00"), 2)
     assert batch.counted(written=False, stored=stored).found == Found(5, t("05 12:00"), None)
+    never_run = RunBatch(events, limits, None, Observation(), "load_tstamp")  # its metrics never come
+    never_run.events.observe(never_run.found, F.count(F.lit(1)).alias("events"))
+    assert never_run.counted(written=True, stored=stored, wait_seconds=0.5).found == Found(5, t("05 12:00"), None)
 
 
 # daily_partials and attributes_from_daily

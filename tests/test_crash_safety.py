@@ -62,6 +62,7 @@ def around(method, before):
 {
     "after the lifecycle merge": lambda: after_writing("sessions_lifecycle_manifest"),
     "after quarantine": lambda: after_writing("quarantined_sessions"),
+    "after the batch": lambda: after_writing("events_this_run"),
     "after filtered_events": lambda: after_writing("filtered_events"),
     "before the manifest advance": lambda: around("advance", before=True),
     "in the middle of a daily backfill": lambda: after_writing("daily_aggregates"),
@@ -72,6 +73,7 @@ cli.leave(cli.main(["run", "--until-caught-up"]))
 POINTS = [
     "after the lifecycle merge",
     "after quarantine",
+    "after the batch",
     "after filtered_events",
     "before the manifest advance",
     "in the middle of a daily backfill",
@@ -92,7 +94,7 @@ def stream(spark, tmp_path_factory):
     return source, reference
 
 
-@pytest.mark.soak  # twelve failing processes and their repairs: about 14 minutes here
+@pytest.mark.soak  # fourteen failing processes and their repairs: about 16 minutes here
 @pytest.mark.parametrize("kind", ["raise", "kill"])
 @pytest.mark.parametrize("point", POINTS)
 def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp_path, point, kind):

@@ -168,15 +168,15 @@ def write(
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
     stored = stored_table(uri)  # its log read once: every choice below is made on this version
     if txn is not None and committed(stored, txn):
-        return _already_committed(uri)
+        return _already_committed(stored)
     if known_empty and mode is WriteMode.REPLACE and stored is not None:
         stored.delete(commit_properties=_commit_properties(txn))
-        return last_commit(uri)
+        return _latest_commit(stored)
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None:
-            return _merge_small(df.toArrow(), uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+            return _merge_small(df.toArrow(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
             if mode is WriteMode.UPSERT:
@@ -188,7 +188,7 @@ def write(
         if _nothing_stored_from(stored, merge_floor):
             # No stored row can match a key: the MERGE would insert every row; an append skips its join.
             return save("append")
-        return _merge(spark, df, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+        return _merge(spark, df, stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
@@ -202,8 +202,9 @@ def write(
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     """Append a few rows (a run's record) with deltalake: milliseconds, where a Spark write of one
     row costs a job and a second. Same transaction identifier rule as `write`."""
-    if committed(stored_table(uri), txn):
-        return _already_committed(uri)
+    stored = stored_table(uri)
+    if committed(stored, txn):
+        return _already_committed(stored)
     deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
     return last_commit(uri)
 
@@ -242,8 +243,8 @@ def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
     return deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None)
 
 
-def _already_committed(uri: str) -> WriteResult:
-    return WriteResult(table_version(uri), "none: this transaction is already committed", skipped=True)
+def _already_committed(table: deltalake.DeltaTable) -> WriteResult:
+    return WriteResult(table.version(), "none: this transaction is already committed", skipped=True)
 
 
 def committed(table: deltalake.DeltaTable | None, txn: Txn) -> bool:
@@ -254,7 +255,12 @@ def committed(table: deltalake.DeltaTable | None, txn: Txn) -> bool:
 
 def last_commit(uri: str) -> WriteResult:
     """The table's latest commit, read from the log by deltalake (milliseconds, no Spark job)."""
-    return _result(deltalake.DeltaTable(uri).history(1)[0])
+    return _latest_commit(deltalake.DeltaTable(uri))
+
+
+def _latest_commit(table: deltalake.DeltaTable) -> WriteResult:
+    """The latest commit of a table already open (deltalake's own writes keep it current)."""
+    return _result(table.history(1)[0])
 
 
 def _result(entry: dict) -> WriteResult:
@@ -342,6 +348,7 @@ def _save(
 def _merge(
     spark: SparkSession,
     df: DataFrame,
+    table: deltalake.DeltaTable,
     uri: str,
     keys: Sequence[str],
     update: bool,
@@ -362,7 +369,7 @@ def _merge(
     session_conf = {SCHEMA_EVOLUTION_CONF: "true"}  # as appends: mergeSchema
     if txn is not None:
         session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
-    before = last_commit(uri).version
+    before = table.version()  # as `write` opened it
     for key, value in session_conf.items():
         spark.conf.set(key, value)
     try:
@@ -381,23 +388,29 @@ def path_identifier(uri: str) -> str:
 
 
 def _merge_small(
-    rows: pa.Table, uri: str, keys: Sequence[str], update: bool, floor: tuple[str, date] | None, txn: Txn | None
+    rows: pa.Table,
+    stored: deltalake.DeltaTable,
+    uri: str,
+    keys: Sequence[str],
+    update: bool,
+    floor: tuple[str, date] | None,
+    txn: Txn | None,
 ) -> WriteResult:
     """The same MERGE as `_merge`, of rows in hand, by deltalake (no Spark job; the key check in Arrow)."""
     rows = _one_row_per_key(rows, keys, uri, update)
     if rows.num_rows == 0:
-        return WriteResult(table_version(uri), "MERGE (no change)")
+        return WriteResult(stored.version(), "MERGE (no change)")
     condition = " AND ".join(f't."{key}" = s."{key}"' for key in keys)
     if floor is not None:
         condition += f""" AND t."{floor[0]}" >= '{floor[1].isoformat()}'"""  # a date of ours, never user input
-    merge = deltalake.DeltaTable(uri).merge(
+    merge = stored.merge(
         rows, condition, source_alias="s", target_alias="t", merge_schema=True, commit_properties=_commit_properties(txn)
     )
     if update:
         merge = merge.when_matched_update_all()
     metrics = merge.when_not_matched_insert_all().execute()
     return WriteResult(
-        table_version(uri),
+        stored.version(),
         "MERGE",
         {
             "numTargetRowsInserted": metrics.get("num_target_rows_inserted", 0),

@@ -10,14 +10,10 @@ import sys
 from datetime import timedelta
 
 import pytest
-from dagster import DagsterInstance
-
-from incremental_assets.runner import run_days, run_until_caught_up
 from incremental_assets.sample.generator import SampleParams
-from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
 from tests.spark_processes import CHILD_ENV, connect_server, master_state, standalone_cluster
-from tests.warehouse_tables import comparable_tables, sample_source, scenario_environment
+from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=11, bot_share=0.2)
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
@@ -31,14 +27,7 @@ ENGINES = {"standalone": standalone_cluster, "connect": connect_server}
 @pytest.fixture(scope="module")
 def stream(spark, tmp_path_factory):
     """The source, and the tables that the same commands leave on this process's local[2] Spark."""
-    root = tmp_path_factory.mktemp("cluster-reference")
-    source = sample_source(spark, PARAMS, root)
-    with scenario_environment(root / "warehouse", source, SETTINGS):
-        settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.ephemeral()
-        runs = [*run_until_caught_up(settings, report=lambda line: None, instance=instance)]
-        runs.append(run_days(settings, FIRST_DAY, LAST_DAY, instance))
-    assert all(run.success for run in runs), [run.error for run in runs]
-    reference = comparable_tables(spark, root / "warehouse")
+    source, reference = reference_run(spark, PARAMS, SETTINGS, tmp_path_factory.mktemp("cluster-reference"), (FIRST_DAY, LAST_DAY))
     assert reference["quarantined_sessions"] and reference["daily_aggregates"], "every layer has rows to compare"
     return source, reference
 

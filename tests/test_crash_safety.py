@@ -22,7 +22,7 @@ from incremental_assets.runner import run_until_caught_up
 from incremental_assets.sample.generator import SampleParams
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
-from tests.warehouse_tables import comparable_tables, sample_source, scenario_environment
+from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=7, bot_share=0.2)
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
@@ -84,12 +84,7 @@ POINTS = [
 @pytest.fixture(scope="module")
 def stream(spark, tmp_path_factory):
     """The source, and the tables of an uninterrupted run over it."""
-    root = tmp_path_factory.mktemp("crash-reference")
-    source = sample_source(spark, PARAMS, root)
-    with scenario_environment(root / "warehouse", source, SETTINGS):
-        runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
-    assert all(run.success for run in runs)
-    reference = comparable_tables(spark, root / "warehouse")
+    source, reference = reference_run(spark, PARAMS, SETTINGS, tmp_path_factory.mktemp("crash-reference"))
     assert reference["quarantined_sessions"], "a bot reaches its cap: the quarantine write happens"
     return source, reference
 

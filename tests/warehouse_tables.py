@@ -8,10 +8,14 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
+from dagster import DagsterInstance
+
 from incremental_assets import delta_tables
 from incremental_assets.loader import write_events
+from incremental_assets.runner import run_days, run_until_caught_up
 from incremental_assets.sample.generator import SampleParams, generate_table
 from incremental_assets.sample.stream import STREAM_SCHEMA
+from incremental_assets.settings import IncrementalSettings
 
 COMPARED = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "daily_aggregates", "attributes")
 # Columns that say when a run did something, not what the data is: left out of the comparison.
@@ -52,3 +56,17 @@ def scenario_environment(warehouse, source, settings: dict, home=None):
     finally:
         for name, value in saved.items():
             os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+
+
+def reference_run(spark, params: SampleParams, settings: dict, root: Path, days: tuple | None = None):
+    """The sample source of `params` under `root`, and the comparable tables an uninterrupted
+    in-process run leaves over it: `run --until-caught-up`, then a daily backfill of `days`
+    (first, last) if given. What a scenario run elsewhere (a cluster, after a crash) must equal."""
+    source = sample_source(spark, params, root)
+    with scenario_environment(root / "warehouse", source, settings):
+        run_settings, instance = IncrementalSettings(**settings), DagsterInstance.ephemeral()
+        runs = run_until_caught_up(run_settings, report=lambda line: None, instance=instance)
+        if days is not None:
+            runs.append(run_days(run_settings, *days, instance))
+    assert all(run.success for run in runs), [run.error for run in runs]
+    return source, comparable_tables(spark, root / "warehouse")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 
 import pytest
-from pyspark.sql import Observation
+from pyspark.sql import Observation, Row
 from pyspark.sql import functions as F
 
 from incremental_assets.atomic_events import SAMPLE_SCHEMA
@@ -263,8 +263,8 @@ def test_a_session_whose_lifecycle_end_reached_its_cap_is_quarantined(spark):
 
 
 @pytest.fixture(scope="module")
-def session_events(spark):
-    """session_events on the load_tstamp cursor."""
+def session_inputs(spark):
+    """session_events' inputs on the load_tstamp cursor: its candidates, the run's sessions, settings."""
     settings = IncrementalSettings(start_date="2021-01-01", session_timestamp="load_tstamp", max_session_days=3)
     sessions = frame(spark, LIFECYCLE, [
         ("S1", "U1", t("02 10:00"), t("05 10:00")),
@@ -277,6 +277,7 @@ def session_events(spark):
         event("a3", "02 13:00", page_url="/created_later", dvce_created_tstamp=t("02 12:55")),
         event("a3", "02 13:00", page_url="/created_first", dvce_created_tstamp=t("02 12:50")),
         event("a5", "05 10:00"),
+        event("a5", "05 10:30", page_url="/beyond_the_cap"),  # a copy, but not one of the run's events
         event("a6", "05 10:01"),
         event("b1", "05 12:00", domain_sessionid="S2", domain_userid="U2"),
         event("x1", "03 00:00", domain_sessionid="S9"),
@@ -284,7 +285,14 @@ def session_events(spark):
     sessions = sessions.withColumn("lifecycle_end_tstamp", F.col("end_tstamp"))
     span = T.sessions_span(sessions, 3)
     assert (span["sessions"], span["at_cap"], span["lo"], span["hi"]) == (2, 1, t("02 10:00"), t("06 00:00"))
-    return T.session_events(source, sessions, settings, span)
+    return T.candidate_events(source, settings, span), sessions, settings
+
+
+@pytest.fixture(scope="module")
+def session_events(session_inputs):
+    """As session_batch calls it with few duplicated ids: broadcast, so only their rows are shuffled."""
+    candidates, sessions, settings = session_inputs
+    return T.session_events(candidates, sessions, settings, F.broadcast(T.duplicated_ids(candidates)))
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +308,16 @@ def test_session_events_are_this_runs_sessions_within_their_caps(run_events):
 def test_the_earliest_copy_of_a_duplicate_wins_and_copies_are_counted(run_events):
     assert (run_events["a2"].page_url, run_events["a2"][T.COPIES]) == ("/first", 2)
     assert run_events["a1"][T.COPIES] == 1
+
+
+def test_a_copy_beyond_its_sessions_cap_neither_wins_nor_counts(run_events):
+    assert (run_events["a5"].page_url, run_events["a5"][T.COPIES]) == (None, 1)
+
+
+def test_the_dedupe_is_the_same_when_the_duplicated_ids_are_joined_by_a_shuffle(session_inputs, session_events):
+    candidates, sessions, settings = session_inputs
+    shuffled = T.session_events(candidates, sessions, settings, T.duplicated_ids(candidates))
+    assert sorted(map(Row.asDict, shuffled.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)
 
 
 def test_copies_loaded_together_go_to_the_one_created_first(run_events):

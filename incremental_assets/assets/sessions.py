@@ -36,6 +36,9 @@ from incremental_assets.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
 QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
+# A broadcast of a million ids costs the driver about 100 MB; more (a whole stream loaded twice)
+# are joined by a shuffle, as every row was before.
+BROADCAST_DUPLICATED_IDS = 1_000_000
 
 
 def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
@@ -170,7 +173,11 @@ def session_batch(
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
-    events = T.session_events(source, active, settings, span)
+    candidates = T.candidate_events(source, settings, span)
+    duplicated = T.duplicated_ids(candidates).cache()
+    # Broadcast, the rows of unique ids are written where they are read, without a shuffle.
+    few = not span["sessions"] or duplicated.count() <= BROADCAST_DUPLICATED_IDS
+    events = T.session_events(candidates, active, settings, F.broadcast(duplicated) if few else duplicated)
     found = NOTHING_FOUND
     if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
         found = Observation()
@@ -182,6 +189,7 @@ def session_batch(
         metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
     )
     active.unpersist()
+    duplicated.unpersist()
 
 
 @incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session

@@ -211,30 +211,48 @@ def sessions_span(sessions: DataFrame, max_session_days: int):
     ).first()
 
 
-def session_events(source: DataFrame, sessions: DataFrame, settings: IncrementalSettings, span) -> DataFrame:
-    """All events of this run's sessions (`sessions_this_run`, with their `sessions_span`) within
-    their caps, one row per event_id.
+def candidate_events(source: DataFrame, settings: IncrementalSettings, span) -> DataFrame:
+    """The source rows that can be events of this run's sessions (see `sessions_span`): within
+    their span, with an event_id, from an allowed app, sent in time; their session id set."""
+    ts = settings.session_timestamp
+    rows = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, ts, span["lo"], span["hi"])
+    return (
+        rows.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
+        .withColumn(SESSION, session_id(settings))
+        .drop(USER)
+    )
+
+
+def duplicated_ids(candidates: DataFrame) -> DataFrame:
+    """The event_ids more than one candidate row holds: counted on that one column, so that only
+    their rows (a few in a hundred) pay the dedupe's shuffle of whole rows. A superset of the ids
+    the batch holds twice: a copy outside its session's cap is dropped later."""
+    return candidates.groupBy("event_id").count().where(F.col("count") > 1).select("event_id", F.lit(True).alias("_dup"))
+
+
+def session_events(candidates: DataFrame, sessions: DataFrame, settings: IncrementalSettings, duplicated: DataFrame) -> DataFrame:
+    """All events of this run's sessions (`sessions_this_run`, from `candidate_events`) within their
+    caps, one row per event_id; `duplicated` is `duplicated_ids(candidates)` (broadcast when small).
 
     The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
     COPIES counts how many rows shared the event_id (1: no duplicate).
     """
     ts = settings.session_timestamp
-    cap = days(settings.max_session_days)
-    candidates = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, ts, span["lo"], span["hi"])
-    events = (
-        candidates.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
-        .withColumn(SESSION, session_id(settings))
-        .drop(USER)
-    )
     s = sessions.select(SESSION, F.col(USER), F.col("start_tstamp").alias("_start"))
-    in_session = events.join(s, SESSION).where(
-        (F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + cap)
+    in_session = (
+        candidates.join(s, SESSION)
+        .where((F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + days(settings.max_session_days)))
+        .drop("_start")
+        .join(duplicated, "event_id", "left")
     )
+    single = in_session.where(F.col("_dup").isNull()).withColumn(COPIES, F.lit(1).cast("long"))
     by_id = Window.partitionBy("event_id")
     first = by_id.orderBy(F.col(ts).asc(), F.col("dvce_created_tstamp").asc_nulls_last())
-    return (
-        in_session.withColumn("_n", F.row_number().over(first))
+    copies = (
+        in_session.where(F.col("_dup"))
+        .withColumn("_n", F.row_number().over(first))
         .withColumn(COPIES, F.count(F.lit(1)).over(by_id))
         .where(F.col("_n") == 1)
-        .drop("_n", "_start")
+        .drop("_n")
     )
+    return single.unionByName(copies).drop("_dup")

@@ -215,6 +215,15 @@ def data_files(table: deltalake.DeltaTable) -> pa.Table:
     return pa.table(table.get_add_actions(flatten=True))
 
 
+def partitions_added(uri: str, version: int, column: str) -> list:
+    """The values of partition `column` that commit `version` added files to: the files of that
+    version that the one before did not have, from the log (no Spark job)."""
+    added = data_files(deltalake.DeltaTable(uri, version=version))
+    before = set(data_files(deltalake.DeltaTable(uri, version=version - 1)).column("path").to_pylist()) if version else set()
+    values = zip(added.column("path").to_pylist(), added.column(f"partition.{column}").to_pylist())
+    return sorted({value for path, value in values if path not in before})
+
+
 def stored_max(uri: str, column: str) -> Any:
     """The greatest value of `column` in the table (None: no table, or no non-null value). From the
     files' statistics where every file has them; otherwise the column alone is read (no JVM)."""

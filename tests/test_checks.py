@@ -118,6 +118,8 @@ def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_dupli
     results = _checked(context, spark_resource)
     unique, capped = results["event_id_unique"], results["events_within_session_cap"]
     assert not unique.passed and unique.metadata["examples"].value == [{"event_id": "e2", "count": "2"}]
+    # The days that write added files to (1 and 4 March), read from its commit in the log.
+    assert unique.metadata["checked"].value == f"every id in the 2 day(s) version {foreign.version} inserted into"
     assert not capped.passed and [e["event_id"] for e in capped.metadata["examples"].value] == ["e3"]
 
     # A write that changed nothing passes without reading (the quiet hour's cost).

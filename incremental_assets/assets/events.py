@@ -78,23 +78,22 @@ WITHIN_SESSION_CAP = AssetCheckSpec(
 def filtered_events_checks(
     context: AssetCheckExecutionContext, spark: SparkResource, settings: IncrementalSettings
 ) -> Iterator[AssetCheckResult]:
-    """Both checks read the rows the latest write inserted (its change feed) once."""
+    """The days the latest write inserted into come from its commit's files in the log; the rows it
+    inserted (its change feed) are read once, by the second check."""
     write = latest_write(context, FILTERED_EVENTS)
     if write is None:
         yield from (nothing_written(spec.name) for spec in (EVENT_ID_UNIQUE, WITHIN_SESSION_CAP))
         return
     session, uri, version = spark.spark_session, write["dagster/uri"], write["delta_version"]
-    ts = settings.session_timestamp
-    inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts, "event_date").cache()
-
-    days = sorted(row.event_date for row in inserted.select("event_date").distinct().collect())
+    days = delta_tables.partitions_added(uri, version, "event_date")
     # Every id of those days, not only the inserted ones: one aggregation, no join with the inserts.
     ids = delta_tables.read_table(session, uri).where(F.col("event_date").isin(days)).select("event_id")
     scope = f"every id in the {len(days)} day(s) version {version} inserted into"
     yield from_offending_rows(C.duplicated(ids, ["event_id"]), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
 
+    ts = settings.session_timestamp
+    inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts)
     lifecycle = delta_tables.read_table(session, table_uri(LIFECYCLE))
     beyond = C.events_beyond_cap(inserted, lifecycle, ts, settings.max_session_days)
     scope = f"rows inserted by version {version}"
     yield from_offending_rows(beyond, "events outside their session's span", scope, WITHIN_SESSION_CAP.name)
-    inserted.unpersist()

@@ -288,10 +288,13 @@ def session_inputs(spark):
     return T.candidate_events(source, settings, span), sessions, settings
 
 
-@pytest.fixture(scope="module")
-def session_events(session_inputs):
-    """As session_batch calls it with few duplicated ids: broadcast, so only their rows are shuffled."""
+@pytest.fixture(scope="module", params=["every row ranked", "duplicated ids broadcast"])
+def session_events(request, session_inputs):
+    """Both ways session_batch calls it: a small batch ranks every row; a big one, with few
+    duplicated ids, broadcasts them so only their rows are shuffled."""
     candidates, sessions, settings = session_inputs
+    if request.param == "every row ranked":
+        return T.session_events(candidates, sessions, settings)
     return T.session_events(candidates, sessions, settings, F.broadcast(T.duplicated_ids(candidates)))
 
 
@@ -315,6 +318,7 @@ def test_a_copy_beyond_its_sessions_cap_neither_wins_nor_counts(run_events):
 
 
 def test_the_dedupe_is_the_same_when_the_duplicated_ids_are_joined_by_a_shuffle(session_inputs, session_events):
+    """Too many duplicated ids to broadcast: the same rows as either way the fixture takes."""
     candidates, sessions, settings = session_inputs
     shuffled = T.session_events(candidates, sessions, settings, T.duplicated_ids(candidates))
     assert sorted(map(Row.asDict, shuffled.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)

@@ -36,8 +36,11 @@ from incremental_assets.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
 QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
+# The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
+# in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
+SESSIONS_RANKED_WHOLE = 30_000
 # A broadcast of a million ids costs the driver about 100 MB; more (a whole stream loaded twice)
-# are joined by a shuffle, as every row was before.
+# are joined by a shuffle.
 BROADCAST_DUPLICATED_IDS = 1_000_000
 
 
@@ -174,10 +177,12 @@ def session_batch(
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
     candidates = T.candidate_events(source, settings, span)
-    duplicated = T.duplicated_ids(candidates).cache()
-    # Broadcast, the rows of unique ids are written where they are read, without a shuffle.
-    few = not span["sessions"] or duplicated.count() <= BROADCAST_DUPLICATED_IDS
-    events = T.session_events(candidates, active, settings, F.broadcast(duplicated) if few else duplicated)
+    duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
+    if duplicated is None:
+        events = T.session_events(candidates, active, settings)
+    else:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
+        few = duplicated.count() <= BROADCAST_DUPLICATED_IDS
+        events = T.session_events(candidates, active, settings, F.broadcast(duplicated) if few else duplicated)
     found = NOTHING_FOUND
     if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
         found = Observation()
@@ -189,7 +194,8 @@ def session_batch(
         metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
     )
     active.unpersist()
-    duplicated.unpersist()
+    if duplicated is not None:
+        duplicated.unpersist()
 
 
 @incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session

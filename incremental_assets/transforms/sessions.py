@@ -230,9 +230,12 @@ def duplicated_ids(candidates: DataFrame) -> DataFrame:
     return candidates.groupBy("event_id").count().where(F.col("count") > 1).select("event_id", F.lit(True).alias("_dup"))
 
 
-def session_events(candidates: DataFrame, sessions: DataFrame, settings: IncrementalSettings, duplicated: DataFrame) -> DataFrame:
+def session_events(
+    candidates: DataFrame, sessions: DataFrame, settings: IncrementalSettings, duplicated: DataFrame | None = None
+) -> DataFrame:
     """All events of this run's sessions (`sessions_this_run`, from `candidate_events`) within their
-    caps, one row per event_id; `duplicated` is `duplicated_ids(candidates)` (broadcast when small).
+    caps, one row per event_id. With `duplicated` (`duplicated_ids(candidates)`, broadcast when
+    small) only the rows of those ids are ranked; without it every row is (one shuffle of them all).
 
     The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
     COPIES counts how many rows shared the event_id (1: no duplicate).
@@ -243,16 +246,21 @@ def session_events(candidates: DataFrame, sessions: DataFrame, settings: Increme
         candidates.join(s, SESSION)
         .where((F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + days(settings.max_session_days)))
         .drop("_start")
-        .join(duplicated, "event_id", "left")
     )
-    single = in_session.where(F.col("_dup").isNull()).withColumn(COPIES, F.lit(1).cast("long"))
+    if duplicated is None:
+        return _first_copies(in_session, ts)
+    marked = in_session.join(duplicated, "event_id", "left")
+    single = marked.where(F.col("_dup").isNull()).drop("_dup").withColumn(COPIES, F.lit(1).cast("long"))
+    return single.unionByName(_first_copies(marked.where(F.col("_dup")).drop("_dup"), ts))
+
+
+def _first_copies(events: DataFrame, ts: str) -> DataFrame:
+    """The earliest copy of each event_id, with how many copies there were (COPIES)."""
     by_id = Window.partitionBy("event_id")
     first = by_id.orderBy(F.col(ts).asc(), F.col("dvce_created_tstamp").asc_nulls_last())
-    copies = (
-        in_session.where(F.col("_dup"))
-        .withColumn("_n", F.row_number().over(first))
+    return (
+        events.withColumn("_n", F.row_number().over(first))
         .withColumn(COPIES, F.count(F.lit(1)).over(by_id))
         .where(F.col("_n") == 1)
         .drop("_n")
     )
-    return single.unionByName(copies).drop("_dup")

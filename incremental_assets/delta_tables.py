@@ -217,9 +217,11 @@ def data_files(table: deltalake.DeltaTable) -> pa.Table:
 
 def partitions_added(uri: str, version: int, column: str) -> list:
     """The values of partition `column` that commit `version` added files to: the files of that
-    version that the one before did not have, from the log (no Spark job)."""
-    added = data_files(deltalake.DeltaTable(uri, version=version))
-    before = set(data_files(deltalake.DeltaTable(uri, version=version - 1)).column("path").to_pylist()) if version else set()
+    version that the one before did not have, from the log (no Spark job; one table, moved on)."""
+    table = deltalake.DeltaTable(uri, version=max(version - 1, 0))
+    before = set(data_files(table).column("path").to_pylist()) if version else set()
+    table.load_as_version(version)
+    added = data_files(table)
     values = zip(added.column("path").to_pylist(), added.column(f"partition.{column}").to_pylist())
     return sorted({value for path, value in values if path not in before})
 

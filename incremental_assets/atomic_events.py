@@ -6,10 +6,13 @@ from typing import TYPE_CHECKING
 
 import deltalake
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from incremental_assets.delta_tables import data_files
 
 if TYPE_CHECKING:
     from incremental_assets.settings import IncrementalSettings
@@ -81,14 +84,47 @@ def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[
         named += [condition.column for condition in spec.conditions]
     known = {*schema.names, *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *FILTERED_EVENTS_ADDS}
     problems += [f"column {name!r} (named in the settings) is missing" for name in dict.fromkeys(named) if name not in known]
+    load_day = settings.source_load_date_column
+    if load_day in schema.names and not pa.types.is_date(schema.field(load_day).type):
+        problems.append(f"column {load_day} (source_load_date_column) is {schema.field(load_day).type}, not a date")
+    elif load_day not in schema.names and load_day != LOAD_DATE:
+        problems.append(f"column {load_day!r} (source_load_date_column) is missing")
     return problems
+
+
+def load_day_problems(table: deltalake.DeltaTable, load_day: str) -> list[str]:
+    """Files whose load day is not the UTC date of their load_tstamp, from the log's statistics (no
+    Spark job): a window read by such a column would skip events it holds, silently. Files without
+    statistics on either column are not judged."""
+    files = data_files(table)
+    names = files.column_names
+    if {"min.load_tstamp", "max.load_tstamp"} - set(names):
+        return []
+    if f"partition.{load_day}" in names:
+        first = last = files[f"partition.{load_day}"]
+    elif {f"min.{load_day}", f"max.{load_day}"} <= set(names):
+        first, last = files[f"min.{load_day}"], files[f"max.{load_day}"]
+    else:
+        return []
+    loaded_first, loaded_last = pc.cast(files["min.load_tstamp"], pa.date32()), pc.cast(files["max.load_tstamp"], pa.date32())
+    wrong = files.filter(pc.or_(pc.not_equal(first, loaded_first), pc.not_equal(last, loaded_last)))
+    if not wrong.num_rows:
+        return []
+    example = wrong.slice(0, 1).to_pylist()[0]
+    held = example.get(f"partition.{load_day}", example.get(f"min.{load_day}"))
+    return [
+        f"column {load_day} (source_load_date_column) does not hold the UTC date of load_tstamp in {wrong.num_rows} "
+        f"file(s), e.g. {example['path']}: {load_day} {held}, load_tstamp {example['min.load_tstamp']} to "
+        f"{example['max.load_tstamp']}; runs reading load days by it would skip events"
+    ]
 
 
 def require_processable(uri: str, settings: IncrementalSettings) -> None:
     """Raise SourceContractError naming every problem of the source table at `uri`: read from its
     Delta log (no Spark job), before a run decides its window."""
     try:
-        schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
+        table = deltalake.DeltaTable(uri)
+        schema = pa.schema(table.schema().to_arrow())
     except TableNotFoundError:
         raise SourceContractError(
             f"No source events table at {uri}: load an export (incremental-assets load FILE), generate the "
@@ -96,7 +132,7 @@ def require_processable(uri: str, settings: IncrementalSettings) -> None:
         ) from None
     except Exception as error:  # noqa: BLE001 - a corrupted log, storage refusing access: named as the source's
         raise SourceContractError(f"The source events table at {uri} cannot be read: {error}") from error
-    problems = contract_problems(schema, settings)
+    problems = contract_problems(schema, settings) or load_day_problems(table, settings.source_load_date_column)
     if problems:
         raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))
 

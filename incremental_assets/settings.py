@@ -66,6 +66,12 @@ class IncrementalSettings(ConfigurableResource):
     backfill_limit_days: int = Field(default=30, description="Longest window of one run, in days (>= 1)")
     lookback_window_hours: float = Field(default=6, description="Overlap re-read before the last position (>= 0)")
     session_timestamp: str = Field(default="load_tstamp", description="Cursor column: load_tstamp or collector_tstamp")
+    source_load_date_column: str = Field(
+        default="load_date",  # atomic_events.LOAD_DATE: the column the loader and the sample write
+        description="Source column holding the UTC date of load_tstamp (a partition or clustering column): runs "
+        "read only the load days a window can hold. Snowplow's Lake Loader names it date_load_tstamp. A source "
+        "without the default column is read whole",
+    )
     max_session_days: int = Field(default=3, description="Sessions longer than this are capped and quarantined (>= 1)")
     days_late_allowed: int = Field(default=3, description="Events sent later than this after creation are dropped (>= 0)")
     session_lookback_days: int = Field(default=730, description="How far back stored sessions are matched (>= 1)")
@@ -151,6 +157,8 @@ class IncrementalSettings(ConfigurableResource):
         for table, columns in self.maintenance_zorder_by.items():
             if not columns or not all(isinstance(c, str) and c for c in columns):
                 problems.append(f"maintenance_zorder_by: {table} needs a list of column names (got {columns!r})")
+        if not self.source_load_date_column.strip():
+            problems.append("source_load_date_column must name a column of the source table")
         if self.session_timestamp not in SESSION_TIMESTAMPS:
             problems.append(f"session_timestamp must be one of {', '.join(SESSION_TIMESTAMPS)} (got {self.session_timestamp!r})")
         for name in ("session_identifiers", "user_identifiers"):

@@ -180,8 +180,24 @@ def test_contract_problems_name_each_missing_or_mistyped_column():
     ]
 
 
+def test_the_load_day_column_must_be_a_date_and_there_when_configured():
+    fields = {name: pa.timestamp("us", "UTC") if name.endswith("tstamp") else pa.string() for name in REQUIRED_COLUMNS}
+    assert contract_problems(pa.schema(fields), IncrementalSettings()) == [], "without load_date: read whole"
+    as_text = pa.schema({**fields, "load_date": pa.string()})
+    assert contract_problems(as_text, IncrementalSettings()) == ["column load_date (source_load_date_column) is string, not a date"]
+    lake = IncrementalSettings(source_load_date_column="date_load_tstamp")
+    assert contract_problems(pa.schema(fields), lake) == ["column 'date_load_tstamp' (source_load_date_column) is missing"]
+
+
 def _valid_source(spark, uri):
     write_events(spark, spark.createDataFrame(as_arrow(loads()[0][:3])), uri)
+
+
+def _mislabelled_source(spark, uri):
+    """Load days a day after the loads' own: a column holding another date than load_tstamp's."""
+    rows = as_arrow(loads()[0][:3])
+    shifted = pa.array([day + timedelta(days=1) for day in rows["load_date"].to_pylist()], pa.date32())
+    write_events(spark, spark.createDataFrame(rows.set_column(rows.schema.get_field_index("load_date"), "load_date", shifted)), uri)
 
 
 def _corrupted_source(spark, uri):
@@ -199,8 +215,13 @@ def _corrupted_source(spark, uri):
          .write.format("delta").save(uri), {}, "collector_tstamp is string, not timestamp"),
         (_valid_source, {"session_identifier_sql": "concat(domain_sessionid, no_such_column)"}, "session_identifier_sql"),
         (_valid_source, {"user_identifier_sql": "domain_userid; DROP TABLE events"}, "user_identifier_sql"),
+        (_valid_source, {"source_load_date_column": "date_load_tstamp"}, "'date_load_tstamp' (source_load_date_column) is missing"),
+        (_mislabelled_source, {}, "load_date (source_load_date_column) does not hold the UTC date of load_tstamp in"),
     ],
-    ids=["missing", "corrupted", "wrong types", "unknown column in identifier sql", "injection-shaped identifier sql"],
+    ids=[
+        "missing", "corrupted", "wrong types", "unknown column in identifier sql", "injection-shaped identifier sql",
+        "configured load day column missing", "load day column not the date of load_tstamp",
+    ],
 )
 def test_a_source_that_cannot_be_processed_fails_the_run_before_it_writes_anything(
     spark, warehouse, tmp_path, monkeypatch, make_source, settings, message

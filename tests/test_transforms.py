@@ -51,6 +51,10 @@ def ids(df) -> set:
     return {r.event_id for r in df.select("event_id").collect()}
 
 
+LOAD_CURSOR = IncrementalSettings(start_date="2021-01-01")
+COLLECTOR_CURSOR = IncrementalSettings(start_date="2021-01-01", session_timestamp="collector_tstamp")
+
+
 # in_cursor_range: which source rows a window [L, U] holds
 
 
@@ -60,14 +64,14 @@ def test_cursor_range_bounds_are_inclusive(spark):
         event("before", "01 23:59:59"), event("on_lower", "02 00:00"),
         event("on_upper", "03 00:00"), event("after", "03 00:00:01"),
     ])
-    assert ids(T.in_cursor_range(source, "load_tstamp", t("02 00:00"), t("03 00:00"))) == {"on_lower", "on_upper"}
+    assert ids(T.in_cursor_range(source, LOAD_CURSOR, t("02 00:00"), t("03 00:00"))) == {"on_lower", "on_upper"}
 
 
 def test_events_with_null_load_tstamp_are_kept_with_the_collector_cursor(spark):
     # An older loader left load_tstamp, so load_date, null; its collector_tstamp (02 09:59) is in
     # the window, so pruning on load_date must not drop it (SPEC §2).
     source = events_frame(spark, [event("loaded", "02 09:00"), event("old_loader", "02 10:00", load_tstamp=None)])
-    assert ids(T.in_cursor_range(source, "collector_tstamp", t("02 00:00"), t("03 00:00"))) == {"loaded", "old_loader"}
+    assert ids(T.in_cursor_range(source, COLLECTOR_CURSOR, t("02 00:00"), t("03 00:00"))) == {"loaded", "old_loader"}
 
 
 def test_the_window_scan_also_holds_the_null_cursor_rows_of_its_load_days(spark):
@@ -81,13 +85,26 @@ def test_the_window_scan_also_holds_the_null_cursor_rows_of_its_load_days(spark)
         event("null_loaded_05", "05 09:00", collector_tstamp=None),
         event("later", "05 09:00"),
     ])
-    scanned = T.window_and_null_cursor_rows(source, "collector_tstamp", t("02 00:00"), t("03 00:00"))
+    scanned = T.window_and_null_cursor_rows(source, COLLECTOR_CURSOR, t("02 00:00"), t("03 00:00"))
     assert ids(scanned) == {"in_window", "null_loaded_03", "null_no_load_day"}
-    settings = IncrementalSettings(start_date="2021-01-01", session_timestamp="collector_tstamp")
-    classified = T.classify_window(scanned, frame(spark, "session_identifier string", []), settings)
+    classified = T.classify_window(scanned, frame(spark, "session_identifier string", []), COLLECTOR_CURSOR)
     assert {r.event_id: r.drop_reason for r in classified.collect()} == {
         "in_window": None, "null_loaded_03": T.NULL_CURSOR, "null_no_load_day": T.NULL_CURSOR,
     }
+
+
+def test_a_source_with_another_load_day_column_is_read_by_the_one_configured(spark):
+    # Snowplow's Lake Loader names the load day date_load_tstamp. Window [02 00:00, 03 00:00] on
+    # load_tstamp. "mislabelled" was loaded in the window but its load day says the 5th: pruning
+    # reads the configured column, so it is not read (which is why require_processable refuses a
+    # source whose load days disagree with load_tstamp). Without the setting the source, lacking
+    # load_date, is read whole.
+    source = events_frame(spark, [event("in_window", "02 10:00"), event("mislabelled", "02 11:00")])
+    source = source.withColumn("load_date", F.when(F.col("event_id") == "mislabelled", F.lit(date(2021, 1, 5))).otherwise(F.col("load_date")))
+    lake = source.withColumnRenamed("load_date", "date_load_tstamp")
+    configured = IncrementalSettings(start_date="2021-01-01", source_load_date_column="date_load_tstamp")
+    assert ids(T.in_cursor_range(lake, configured, t("02 00:00"), t("03 00:00"))) == {"in_window"}
+    assert ids(T.in_cursor_range(lake, LOAD_CURSOR, t("02 00:00"), t("03 00:00"))) == {"in_window", "mislabelled"}
 
 
 # next_event_after: where the run after an empty window [.., U] resumes
@@ -98,24 +115,24 @@ UPPER, NOW = t("03 00:00"), t("09 00:00")
 def test_the_next_run_resumes_at_the_first_event_after_upper(spark):
     # The event on U was in the window; of the two after it, 05 10:00 comes first.
     source = events_frame(spark, [event("on_upper", "03 00:00"), event("later", "07 10:00"), event("next", "05 10:00")])
-    assert T.next_event_after(source, "load_tstamp", UPPER, NOW) == t("05 10:00")
+    assert T.next_event_after(source, LOAD_CURSOR, UPPER, NOW) == t("05 10:00")
 
 
 def test_no_event_after_upper_means_caught_up(spark):
     source = events_frame(spark, [event("old", "02 10:00"), event("on_upper", "03 00:00")])
-    assert T.next_event_after(source, "load_tstamp", UPPER, NOW) is None
+    assert T.next_event_after(source, LOAD_CURSOR, UPPER, NOW) is None
 
 
 def test_an_event_in_the_future_is_not_a_place_to_resume_to(spark):
     # Stamped a second after now: a bad clock, not a gap to jump over.
     source = events_frame(spark, [event("future", "09 00:00:01")])
-    assert T.next_event_after(source, "load_tstamp", UPPER, NOW) is None
+    assert T.next_event_after(source, LOAD_CURSOR, UPPER, NOW) is None
 
 
 def test_the_next_event_is_found_among_rows_with_null_load_tstamp(spark):
     # Collector cursor; the only later event has no load_date (collected 05 09:59).
     source = events_frame(spark, [event("old_loader", "05 10:00", load_tstamp=None)])
-    assert T.next_event_after(source, "collector_tstamp", UPPER, NOW) == t("05 09:59")
+    assert T.next_event_after(source, COLLECTOR_CURSOR, UPPER, NOW) == t("05 09:59")
 
 
 # classify_window: why an event of the window is not eligible

@@ -61,6 +61,13 @@ def nothing_new_in_run(context: AssetExecutionContext, limits: RunLimits, manife
     return nothing_new(limits, manifest.entries(), incremental_models_in_run(context))
 
 
+def source_read(source: DataFrame, load_day: str) -> str:
+    """How the window's read of the source is bounded: an operator's first question when runs slow down."""
+    if load_day in source.columns:
+        return f"the load days a window can hold ({load_day})"
+    return f"whole: the source has no {load_day} column (set source_load_date_column to its load-day column)"
+
+
 NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its upper limit: nothing new to process"}
 
 
@@ -82,7 +89,7 @@ def sessions_lifecycle_manifest(
     ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
-    window = T.window_and_null_cursor_rows(source, ts, limits.lower, limits.upper)
+    window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
     # Cached narrow: the two passes over it need four columns, not the source's hundred.
     classified = T.classify_window(window, quarantined, settings).select(T.SESSION, T.USER, ts, "drop_reason").cache()
     drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
@@ -103,6 +110,7 @@ def sessions_lifecycle_manifest(
         "null_cursor_rows": null_cursor_rows,
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
+        "source_read": source_read(source, settings.source_load_date_column),
     }
     if not must_write(changed["n"], LIFECYCLE):
         changes.unpersist()
@@ -187,7 +195,7 @@ def session_batch(
     if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
         found = Observation()
         events = events.observe(found, *T.batch_counts(ts))
-    next_event = None if idle else T.next_event_after(source, ts, limits.upper, limits.now)
+    next_event = None if idle else T.next_event_after(source, settings, limits.upper, limits.now)
     yield Output(
         RunBatch(events.drop(T.COPIES), limits, next_event, found, ts),
         EVENTS_THIS_RUN,

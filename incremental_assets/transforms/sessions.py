@@ -10,7 +10,6 @@ from datetime import date, datetime, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.atomic_events import LOAD_DATE
 from incremental_assets.settings import IncrementalSettings
 
 SESSION = "session_identifier"
@@ -54,50 +53,57 @@ def app_allowed(settings: IncrementalSettings) -> Column:
     return allowed | F.col("app_id").isNull() if settings.allow_null_app_id else F.coalesce(allowed, F.lit(False))
 
 
-def _loaded(first_day: date, last_day: date | None = None) -> Column:
-    """load_date within [first_day, last_day] (open-ended without last_day), or null.
+def _loaded(load_day: str, first_day: date, last_day: date | None = None) -> Column:
+    """The source's `load_day` within [first_day, last_day] (open-ended without last_day), or null.
 
-    A partition filter, so Delta reads only those load days; the null load day holds the rows of
-    older loaders (null load_tstamp), which are processed normally and must never be pruned away.
+    A partition (or clustering) column, so Delta reads only those load days; the null load day
+    holds the rows of older loaders (null load_tstamp), which are processed normally and must
+    never be pruned away.
     """
-    loaded = F.col(LOAD_DATE) >= F.lit(first_day)
+    loaded = F.col(load_day) >= F.lit(first_day)
     if last_day is not None:
-        loaded = loaded & (F.col(LOAD_DATE) <= F.lit(last_day))
-    return loaded | F.col(LOAD_DATE).isNull()
+        loaded = loaded & (F.col(load_day) <= F.lit(last_day))
+    return loaded | F.col(load_day).isNull()
 
 
-def _load_days_for(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
-    """The source's load days that can hold a row with lower <= ts <= upper.
+def _load_days_for(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
+    """The source's load days that can hold a row with lower <= cursor <= upper (all of it when the
+    source has no `source_load_date_column`).
 
     collector_tstamp <= load_tstamp always, so the load date is never before the cursor's date;
     with the load_tstamp cursor the upper bound prunes too.
     """
-    if LOAD_DATE not in source.columns:
+    load_day = settings.source_load_date_column
+    if load_day not in source.columns:
         return source
-    return source.where(_loaded(lower.date(), upper.date() if ts == "load_tstamp" else None))
+    last_day = upper.date() if settings.session_timestamp == "load_tstamp" else None
+    return source.where(_loaded(load_day, lower.date(), last_day))
 
 
-def in_cursor_range(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
-    """Rows with lower <= ts <= upper, pruned by load_date where the source has it."""
-    return _load_days_for(source, ts, lower, upper).where(F.col(ts).between(F.lit(lower), F.lit(upper)))
+def in_cursor_range(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
+    """Rows with lower <= cursor <= upper, pruned by load day where the source has one."""
+    cursor = F.col(settings.session_timestamp)
+    return _load_days_for(source, settings, lower, upper).where(cursor.between(F.lit(lower), F.lit(upper)))
 
 
-def next_event_after(source: DataFrame, ts: str, upper: datetime, now: datetime) -> datetime | None:
-    """Where the next run resumes past an empty window: the first event with upper < ts <= now, so a
-    gap in the data costs one run, not one per backfill_limit_days. None: the stream is caught up
-    (an event stamped in the future is not a place to resume to)."""
-    later = _load_days_for(source, ts, upper, now).where((F.col(ts) > F.lit(upper)) & (F.col(ts) <= F.lit(now)))
+def next_event_after(source: DataFrame, settings: IncrementalSettings, upper: datetime, now: datetime) -> datetime | None:
+    """Where the next run resumes past an empty window: the first event with upper < cursor <= now,
+    so a gap in the data costs one run, not one per backfill_limit_days. None: the stream is caught
+    up (an event stamped in the future is not a place to resume to)."""
+    ts = settings.session_timestamp
+    later = _load_days_for(source, settings, upper, now).where((F.col(ts) > F.lit(upper)) & (F.col(ts) <= F.lit(now)))
     return later.agg(F.min(ts)).first()[0]
 
 
-def window_and_null_cursor_rows(source: DataFrame, ts: str, lower: datetime, upper: datetime) -> DataFrame:
-    """In one scan: the window (lower <= ts <= upper), and the rows no window can ever hold (null
+def window_and_null_cursor_rows(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
+    """In one scan: the window (lower <= cursor <= upper), and the rows no window can ever hold (null
     cursor) among those loaded in the window's days or without a load day at all."""
-    rows = _load_days_for(source, ts, lower, upper)
-    null_cursor = F.col(ts).isNull()
-    if LOAD_DATE in source.columns:
-        null_cursor = null_cursor & _loaded(lower.date(), upper.date())
-    return rows.where(F.col(ts).between(F.lit(lower), F.lit(upper)) | null_cursor)
+    cursor, load_day = F.col(settings.session_timestamp), settings.source_load_date_column
+    rows = _load_days_for(source, settings, lower, upper)
+    null_cursor = cursor.isNull()
+    if load_day in source.columns:
+        null_cursor = null_cursor & _loaded(load_day, lower.date(), upper.date())
+    return rows.where(cursor.between(F.lit(lower), F.lit(upper)) | null_cursor)
 
 
 def classify_window(window: DataFrame, quarantined: DataFrame, settings: IncrementalSettings) -> DataFrame:
@@ -214,8 +220,7 @@ def sessions_span(sessions: DataFrame, max_session_days: int):
 def candidate_events(source: DataFrame, settings: IncrementalSettings, span) -> DataFrame:
     """The source rows that can be events of this run's sessions (see `sessions_span`): within
     their span, with an event_id, from an allowed app, sent in time; their session id set."""
-    ts = settings.session_timestamp
-    rows = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, ts, span["lo"], span["hi"])
+    rows = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, settings, span["lo"], span["hi"])
     return (
         rows.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
         .withColumn(SESSION, session_id(settings))

@@ -174,7 +174,8 @@ def test_missing_device_timestamps_fall_back_to_the_collector_when_allowed(spark
 
 def test_candidates_span_the_eligible_events_of_each_session(spark):
     # S1: eligible 10:00..12:00, greatest user U2; its late-sent 08:00 (user U3) counts for
-    # nothing. S2 has no eligible event, so no candidate.
+    # nothing. S2 has no eligible event, so no candidate. S3's user is U5 where an event has one
+    # (its earliest has none); S4 has no user at all.
     schema = "session_identifier string, user_identifier string, load_tstamp timestamp, drop_reason string"
     classified = frame(spark, schema, [
         ("S1", "U1", t("02 10:00"), None),
@@ -182,9 +183,16 @@ def test_candidates_span_the_eligible_events_of_each_session(spark):
         ("S1", "U1", t("02 11:00"), None),
         ("S1", "U3", t("02 08:00"), "late_sent"),
         ("S2", "U4", t("02 09:00"), "app_filtered"),
+        ("S3", None, t("02 09:00"), None),
+        ("S3", "U5", t("02 09:30"), None),
+        ("S4", None, t("02 13:00"), None),
     ])
-    rows = T.new_session_candidates(classified, "load_tstamp").collect()
-    assert [tuple(r) for r in rows] == [("S1", "U2", t("02 10:00"), t("02 12:00"))]
+    rows = sorted(tuple(r) for r in T.new_session_candidates(classified, "load_tstamp").collect())
+    assert rows == [
+        ("S1", "U2", t("02 10:00"), t("02 12:00")),
+        ("S3", "U5", t("02 09:00"), t("02 09:30")),
+        ("S4", None, t("02 13:00"), t("02 13:00")),
+    ]
 
 
 @pytest.fixture(scope="module")

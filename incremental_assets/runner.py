@@ -25,7 +25,7 @@ from incremental_assets.names import (
     NEW_EVENT_LIMITS,
     QUARANTINE,
 )
-from incremental_assets.logic.limits import RunLimits, run_limits
+from incremental_assets.logic.limits import RunLimits, load_days, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.run_state import materialization_metadata
 from incremental_assets.settings import IncrementalSettings
@@ -200,6 +200,9 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     source = DeltaTable(environment.source_table_uri()).to_pyarrow_dataset()
     ts = pc.field(settings.session_timestamp)
     in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
+    load_day = settings.source_load_date_column
+    if load_day in source.schema.names:  # the load days a run reads, as it reads them
+        in_window = in_window & _loaded(load_day, *load_days(settings.session_timestamp, limits.lower, limits.upper))
     window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
     stored = _stored_event_ids(manifest.uri(FILTERED_EVENTS), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
     new = [
@@ -224,6 +227,15 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
         return set()
     ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
     return set(ids.column("event_id").to_pylist())
+
+
+def _loaded(load_day: str, first_day: date, last_day: date | None) -> pc.Expression:
+    """transforms.sessions._loaded as an Arrow filter: on a partition column it prunes files."""
+    day = pc.field(load_day)
+    loaded = day >= pa.scalar(first_day, pa.date32())
+    if last_day is not None:
+        loaded = loaded & (day <= pa.scalar(last_day, pa.date32()))
+    return loaded | day.is_null()
 
 
 def _utc(moment: datetime) -> pa.Scalar:

@@ -12,6 +12,7 @@ from incremental_assets.logic.limits import (
     RunLimits,
     RunState,
     keyhole_limits,
+    load_days,
     nothing_new,
     run_limits,
 )
@@ -180,3 +181,12 @@ def test_keyhole_validation():
 def test_no_models_is_an_error():
     with pytest.raises(ValueError, match="at least one incremental asset"):
         limits({}, models=())
+
+
+def test_the_load_days_a_window_can_hold():
+    # Window [01-02 23:00, 01-04 01:00]. Nothing is loaded before its cursor's day, so from 01-02;
+    # with the load_tstamp cursor up to the upper limit's day, with collector_tstamp with no end
+    # (an event collected in the window may be loaded any day after).
+    lower, upper = datetime(2021, 1, 2, 23), datetime(2021, 1, 4, 1)
+    assert load_days("load_tstamp", lower, upper) == (date(2021, 1, 2), date(2021, 1, 4))
+    assert load_days("collector_tstamp", lower, upper) == (date(2021, 1, 2), None)

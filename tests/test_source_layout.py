@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 
 from incremental_assets import delta_tables
 from incremental_assets.atomic_events import SAMPLE_SCHEMA
-from incremental_assets.runner import run_incremental
+from incremental_assets.runner import preview, run_incremental
 from incremental_assets.sample.stream import events_frame
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import utcnow
@@ -82,7 +82,9 @@ def test_runs_read_only_the_load_days_their_window_can_hold(spark, warehouse, la
         spark.read.format("delta").load(lake_source).collect()  # the whole table cannot be read any more
     load(spark, lake_source, session_events("new", NEW_DAY))
 
-    second = run_incremental(SETTINGS, now=(NEW_DAY + timedelta(days=1)).isoformat(), instance=instance)
+    now = NEW_DAY + timedelta(days=1)
+    assert preview(SETTINGS, now=now).window_events == 3, "the preview reads the same load days, without Spark"
+    second = run_incremental(SETTINGS, now=now.isoformat(), instance=instance)
     assert second.success, second.error
     stored = delta_tables.read_table(spark, f"{warehouse}/filtered_events")
     assert sorted(r.event_id for r in stored.collect()) == ["new-0", "new-1", "new-2", "old-0", "old-1", "old-2"]

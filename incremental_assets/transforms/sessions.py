@@ -10,6 +10,7 @@ from datetime import date, datetime, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from incremental_assets.logic.limits import load_days
 from incremental_assets.settings import IncrementalSettings
 
 SESSION = "session_identifier"
@@ -67,17 +68,12 @@ def _loaded(load_day: str, first_day: date, last_day: date | None = None) -> Col
 
 
 def _load_days_for(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
-    """The source's load days that can hold a row with lower <= cursor <= upper (all of it when the
-    source has no `source_load_date_column`).
-
-    collector_tstamp <= load_tstamp always, so the load date is never before the cursor's date;
-    with the load_tstamp cursor the upper bound prunes too.
-    """
+    """The source's rows of the load days that can hold a row with lower <= cursor <= upper
+    (`load_days`), or all of them when the source has no `source_load_date_column`."""
     load_day = settings.source_load_date_column
     if load_day not in source.columns:
         return source
-    last_day = upper.date() if settings.session_timestamp == "load_tstamp" else None
-    return source.where(_loaded(load_day, lower.date(), last_day))
+    return source.where(_loaded(load_day, *load_days(settings.session_timestamp, lower, upper)))
 
 
 def in_cursor_range(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:

@@ -22,6 +22,7 @@ def cli(*args, env=None):
         ("backfill_limit_days=0", "backfill_limit_days must be an integer >= 1 (got 0)"),
         ("session_timestamp=derived_tstamp", "session_timestamp must be one of load_tstamp, collector_tstamp"),
         ("start_date=2999-01-01", "start_date must not be in the future"),
+        ("source_load_date_column=", "source_load_date_column must name a column of the source table"),
         ("max_session_days=many", "max_session_days must be of type"),
         ("no_such_variable=1", "Unknown variable(s) ['no_such_variable']"),
     ],

@@ -1,8 +1,8 @@
 """A source laid out as Snowplow's Lake Loader lays out its Delta table: partitioned by a column it
 generates, date_load_tstamp = CAST(load_tstamp AS DATE), with no load_date, and here without file
-statistics. Told its name
-(source_load_date_column), a run reads only the load days its window can hold: the proof is a run
-that succeeds after the files of an old load day are gone, which a read of the whole table cannot.
+statistics. Told its name (source_load_date_column), a run reads only the load days its window can
+hold: the proof is a run that succeeds after the files of an old load day are gone, which a read of
+the whole table cannot.
 
 The cursor is collector_tstamp: with it, only our pruning on the load day keeps old days unread
 (Delta derives partition filters from predicates on load_tstamp itself, not on collector_tstamp).
@@ -84,8 +84,8 @@ def test_runs_read_only_the_load_days_their_window_can_hold(spark, warehouse, la
 
     now = NEW_DAY + timedelta(days=1)
     assert preview(SETTINGS, now=now).window_events == 3, "the preview reads the same load days, without Spark"
-    second = run_incremental(SETTINGS, now=now.isoformat(), instance=instance)
-    assert second.success, second.error
+    later = run_incremental(SETTINGS, now=now.isoformat(), instance=instance)
+    assert later.success, later.error
     stored = delta_tables.read_table(spark, f"{warehouse}/filtered_events")
     assert sorted(r.event_id for r in stored.collect()) == ["new-0", "new-1", "new-2", "old-0", "old-1", "old-2"]
     assert stored.where(F.col("date_load_tstamp").isNull()).count() == 0, "the source's load day passes on"

@@ -61,11 +61,13 @@ def nothing_new_in_run(context: AssetExecutionContext, limits: RunLimits, manife
     return nothing_new(limits, manifest.entries(), incremental_models_in_run(context))
 
 
-def source_read(source: DataFrame, load_day: str) -> str:
+def source_read(source: DataFrame, settings: IncrementalSettings) -> str:
     """How the window's read of the source is bounded: an operator's first question when runs slow down."""
-    if load_day in source.columns:
+    load_day = T.load_day_of(source, settings)
+    if load_day is not None:
         return f"the load days a window can hold ({load_day})"
-    return f"whole: the source has no {load_day} column (set source_load_date_column to its load-day column)"
+    wanted = settings.source_load_date_column
+    return f"whole: the source has no {wanted} column (set source_load_date_column to its load-day column)"
 
 
 NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its upper limit: nothing new to process"}
@@ -110,7 +112,7 @@ def sessions_lifecycle_manifest(
         "null_cursor_rows": null_cursor_rows,
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
-        "source_read": source_read(source, settings.source_load_date_column),
+        "source_read": source_read(source, settings),
     }
     if not must_write(changed["n"], LIFECYCLE):
         changes.unpersist()

@@ -67,11 +67,17 @@ def _loaded(load_day: str, first_day: date, last_day: date | None = None) -> Col
     return loaded | F.col(load_day).isNull()
 
 
+def load_day_of(source: DataFrame, settings: IncrementalSettings) -> str | None:
+    """The column the reads below prune the source by (`source_load_date_column`), or None when the
+    source has none: it is read whole."""
+    return settings.source_load_date_column if settings.source_load_date_column in source.columns else None
+
+
 def _load_days_for(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
     """The source's rows of the load days that can hold a row with lower <= cursor <= upper
-    (`load_days`), or all of them when the source has no `source_load_date_column`."""
-    load_day = settings.source_load_date_column
-    if load_day not in source.columns:
+    (`load_days`), or all of them when it has no load-day column."""
+    load_day = load_day_of(source, settings)
+    if load_day is None:
         return source
     return source.where(_loaded(load_day, *load_days(settings.session_timestamp, lower, upper)))
 
@@ -94,10 +100,10 @@ def next_event_after(source: DataFrame, settings: IncrementalSettings, upper: da
 def window_and_null_cursor_rows(source: DataFrame, settings: IncrementalSettings, lower: datetime, upper: datetime) -> DataFrame:
     """In one scan: the window (lower <= cursor <= upper), and the rows no window can ever hold (null
     cursor) among those loaded in the window's days or without a load day at all."""
-    cursor, load_day = F.col(settings.session_timestamp), settings.source_load_date_column
+    cursor, load_day = F.col(settings.session_timestamp), load_day_of(source, settings)
     rows = _load_days_for(source, settings, lower, upper)
     null_cursor = cursor.isNull()
-    if load_day in source.columns:
+    if load_day is not None:
         null_cursor = null_cursor & _loaded(load_day, lower.date(), upper.date())
     return rows.where(cursor.between(F.lit(lower), F.lit(upper)) | null_cursor)
 

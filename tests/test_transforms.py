@@ -138,7 +138,9 @@ def test_the_next_event_is_found_among_rows_with_null_load_tstamp(spark):
 # classify_window: why an event of the window is not eligible
 
 
-def test_classify_window_names_each_drop_reason(spark):
+@pytest.fixture(scope="module")
+def classified(spark):
+    """classify_window over one row per drop reason (and two eligible rows)."""
     settings = IncrementalSettings(start_date="2021-01-01", app_ids=["web"], days_late_allowed=3)
     source = events_frame(spark, [
         event("kept", "02 10:00"),
@@ -153,11 +155,28 @@ def test_classify_window_names_each_drop_reason(spark):
         event("bot", "02 10:00", domain_sessionid="Q"),
     ])
     quarantined = frame(spark, "session_identifier string, quarantined_at timestamp", [("Q", t("01 00:00"))])
-    reasons = {r.event_id: r.drop_reason for r in T.classify_window(source, quarantined, settings).collect()}
+    return T.classify_window(source, quarantined, settings)
+
+
+def test_classify_window_names_each_drop_reason(classified):
+    reasons = {r.event_id: r.drop_reason for r in classified.collect()}
     assert reasons == {
         "kept": None, None: "null_event_id", "no_session": "null_session_id", "other_app": "app_filtered",
         "no_app": "app_filtered", "no_sent_time": "null_dvce_tstamps", "sent_late": "late_sent",
         "sent_in_time": None, "bot": "quarantined_session",
+    }
+
+
+def test_the_window_is_counted_by_drop_reason_in_the_pass_that_groups_it(classified):
+    # The rows above: kept and sent_in_time eligible; two app_filtered (other_app, no_app); one
+    # of each other reason but the null cursor, which none has. Observed while the candidates are
+    # built, as the lifecycle asset does, not counted in a pass of their own.
+    seen = Observation()
+    candidates = T.new_session_candidates(classified.observe(seen, *T.window_counts()), "load_tstamp")
+    assert [r.session_identifier for r in candidates.collect()] == ["S1"]
+    assert seen.get == {
+        T.ELIGIBLE: 2, T.NULL_CURSOR: 0, "null_event_id": 1, "null_session_id": 1, "app_filtered": 2,
+        "null_dvce_tstamps": 1, "late_sent": 1, "quarantined_session": 1,
     }
 
 
@@ -315,12 +334,31 @@ def session_inputs(spark):
 
 @pytest.fixture(scope="module", params=["every row ranked", "duplicated ids broadcast"])
 def session_events(request, session_inputs):
-    """Both ways session_batch calls it: a small batch ranks every row; a big one, with few
-    duplicated ids, broadcasts them so only their rows are shuffled."""
+    """Both ways session_batch calls it, with its sessions broadcast: a small batch ranks every
+    row; a big one, with few duplicated ids, broadcasts them so only their rows are shuffled."""
     candidates, sessions, settings = session_inputs
     if request.param == "every row ranked":
-        return T.session_events(candidates, sessions, settings)
-    return T.session_events(candidates, sessions, settings, F.broadcast(T.duplicated_ids(candidates)))
+        return T.session_events(candidates, F.broadcast(sessions), settings)
+    return T.session_events(candidates, F.broadcast(sessions), settings, F.broadcast(T.duplicated_ids(candidates)))
+
+
+def test_broadcast_sessions_reach_the_events_without_a_shuffle_of_them(spark, session_inputs):
+    # Spark's own size thresholds off: only session_batch's hint can make the join a broadcast.
+    # Without it the events (every wide row of the batch) are shuffled for a sort-merge join.
+    candidates, sessions, settings = session_inputs
+    thresholds = ("spark.sql.autoBroadcastJoinThreshold", "spark.sql.adaptive.autoBroadcastJoinThreshold")
+    before = {key: spark.conf.get(key) for key in thresholds}
+    for key in thresholds:
+        spark.conf.set(key, "-1")
+    try:
+        hinted = T.session_events(candidates, F.broadcast(sessions), settings, F.broadcast(T.duplicated_ids(candidates)))
+        plain = T.session_events(candidates, sessions, settings, F.broadcast(T.duplicated_ids(candidates)))
+        joins = [str(df._jdf.queryExecution().executedPlan()) for df in (hinted, plain)]
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
+    assert "SortMergeJoin" not in joins[0]
+    assert "SortMergeJoin" in joins[1]
 
 
 @pytest.fixture(scope="module")

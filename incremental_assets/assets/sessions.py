@@ -29,7 +29,7 @@ from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import NOTHING_FOUND, RunBatch
+from incremental_assets.run_state import NOTHING_FOUND, RunBatch, observed
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
@@ -42,6 +42,10 @@ SESSIONS_RANKED_WHOLE = 30_000
 # A broadcast of a million ids costs the driver about 100 MB; more (a whole stream loaded twice)
 # are joined by a shuffle.
 BROADCAST_DUPLICATED_IDS = 1_000_000
+# The run's sessions (about 100 bytes each) are broadcast to the events up to this many. Left to
+# Spark's 10 MB threshold, a first backfill's 165k sessions were planned as a sort-merge join that
+# shuffled every wide event row (2 GB at 5M events) before adaptive execution made it a broadcast.
+BROADCAST_SESSIONS = 500_000
 
 
 def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
@@ -92,25 +96,28 @@ def sessions_lifecycle_manifest(
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
-    # Cached narrow: the two passes over it need four columns, not the source's hundred.
-    classified = T.classify_window(window, quarantined, settings).select(T.SESSION, T.USER, ts, "drop_reason").cache()
-    drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
-    null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
+    # One pass over the window: it is classified, counted by drop reason and grouped by session at once.
+    window_seen = Observation()
+    classified = T.classify_window(window, quarantined, settings).observe(window_seen, *T.window_counts())
+    candidates = T.new_session_candidates(classified, ts).cache()  # a row per session
+    candidates.count()
+    counts = observed(window_seen) or classified.agg(*T.window_counts()).first().asDict()  # no metrics: count again
+    null_cursor_rows, eligible = counts.pop(T.NULL_CURSOR), counts.pop(T.ELIGIBLE)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days)
-    if drops.get(None):
+    changes = T.merge_lifecycle(candidates, stored, settings.max_session_days)
+    if eligible:
         changes = changes.cache()
         changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
     else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
         changed = {"n": 0, "first_day": None}
-    classified.unpersist()
+    candidates.unpersist()
     metadata = {
-        "events_in_window": sum(drops.values()),
-        "eligible_events": drops.get(None, 0),
+        "events_in_window": eligible + sum(counts.values()),
+        "eligible_events": eligible,
         "null_cursor_rows": null_cursor_rows,
-        **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
+        **{f"dropped_{reason}": n for reason, n in counts.items() if n},
         "sessions_new_or_changed": changed["n"],
         "source_read": source_read(source, settings),
     }
@@ -187,12 +194,13 @@ def session_batch(
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
     candidates = T.candidate_events(source, settings, span)
+    sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
     duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
     if duplicated is None:
-        events = T.session_events(candidates, active, settings)
+        events = T.session_events(candidates, sessions_joined, settings)
     else:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
         few = duplicated.count() <= BROADCAST_DUPLICATED_IDS
-        events = T.session_events(candidates, active, settings, F.broadcast(duplicated) if few else duplicated)
+        events = T.session_events(candidates, sessions_joined, settings, F.broadcast(duplicated) if few else duplicated)
     found = NOTHING_FOUND
     if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
         found = Observation()

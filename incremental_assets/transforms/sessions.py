@@ -17,6 +17,11 @@ SESSION = "session_identifier"
 USER = "user_identifier"
 COPIES = "_copies"
 NULL_CURSOR = "null_cursor"  # the drop reason of a row whose session timestamp is null
+# Why an event of the window is not eligible, in the order classify_window tries them.
+DROP_REASONS = (
+    NULL_CURSOR, "null_event_id", "null_session_id", "app_filtered", "null_dvce_tstamps", "late_sent", "quarantined_session"
+)
+ELIGIBLE = "eligible"  # the window_counts of rows without a drop reason
 
 
 def days(n: int) -> Column:
@@ -114,16 +119,27 @@ def classify_window(window: DataFrame, quarantined: DataFrame, settings: Increme
     quarantine = quarantined.select(F.col(SESSION).alias("_q"), F.lit(True).alias("_quarantined"))
     marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
     marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
-    reason = (
-        F.when(F.col(settings.session_timestamp).isNull(), NULL_CURSOR)
-        .when(F.col("event_id").isNull(), "null_event_id")
-        .when(F.col(SESSION).isNull(), "null_session_id")
-        .when(~app_allowed(settings), "app_filtered")
-        .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")
-        .when(~sent_in_time(settings), "late_sent")
-        .when(F.col("_quarantined"), "quarantined_session")
-    )
+    holds = {  # a row gets the first reason, in the order of DROP_REASONS, that holds
+        NULL_CURSOR: F.col(settings.session_timestamp).isNull(),
+        "null_event_id": F.col("event_id").isNull(),
+        "null_session_id": F.col(SESSION).isNull(),
+        "app_filtered": ~app_allowed(settings),
+        "null_dvce_tstamps": sent_in_time(settings).isNull(),
+        "late_sent": ~sent_in_time(settings),
+        "quarantined_session": F.col("_quarantined"),
+    }
+    first, *others = DROP_REASONS
+    reason = F.when(holds[first], first)
+    for name in others:
+        reason = reason.when(holds[name], name)
     return marked.withColumn("drop_reason", reason).drop("_q", "_quarantined")
+
+
+def window_counts() -> list[Column]:
+    """How many rows of a `classify_window` are eligible and how many each reason drops, as
+    aggregates a pass over it observes (so the window is classified once, not cached to count)."""
+    reason = F.col("drop_reason")
+    return [F.count_if(reason.isNull()).alias(ELIGIBLE), *(F.count_if(reason == name).alias(name) for name in DROP_REASONS)]
 
 
 def new_session_candidates(classified: DataFrame, ts: str) -> DataFrame:

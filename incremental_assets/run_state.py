@@ -74,27 +74,22 @@ class RunBatch:
         `stored` rows. A run never waits on metrics that will not come."""
         if isinstance(self.found, Found):
             return self
-        metrics = observed(self.found, wait_seconds) if written else None
-        found = None if metrics is None else _found(metrics)
+        found = _observed(self.found, wait_seconds) if written else None
         if found is None:
             row = stored().agg(F.count(F.lit(1)).alias("n"), F.max(self.cursor).alias("batch_max")).first()
             found = Found(row["n"], row["batch_max"], None)
         return replace(self, found=found)
 
 
-def observed(observation: Observation, wait_seconds: float = OBSERVED_WAIT_SECONDS) -> dict[str, Any] | None:
-    """The metrics an action observed, or None when none came within `wait_seconds`. They reach the
-    driver through Spark's listener bus, just after the action returns; classic Spark's `get` blocks
-    until they do, so it is asked from a thread of its own."""
+def _observed(observation: Observation, wait_seconds: float) -> Found | None:
+    """The observed counts; they reach the driver through Spark's listener bus, just after the write
+    returns. Classic Spark's `get` blocks until they do, so it is asked from a thread of its own."""
     metrics: dict = {}
     reader = threading.Thread(target=lambda: metrics.update(observation.get), daemon=True)
     reader.start()
     reader.join(wait_seconds)
-    return metrics or None
-
-
-def _found(metrics: Mapping[str, Any]) -> Found:
-    """A batch's counts from the metrics its write observed (`transforms.sessions.batch_counts`)."""
+    if "events" not in metrics:
+        return None
     micros = metrics["batch_max_micros"]
     batch_max = None if micros is None else EPOCH + timedelta(microseconds=micros)
     return Found(int(metrics["events"]), batch_max, int(metrics["duplicates"] or 0))

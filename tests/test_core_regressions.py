@@ -219,3 +219,32 @@ def test_a_first_run_over_an_empty_window_succeeds_and_moves_on_to_the_first_eve
     assert ManifestResource().entries()["filtered_events"].position == first_event
     for table in ("sessions_lifecycle_manifest", "quarantined_sessions", "events_this_run"):
         assert delta_tables.read_table(spark, f"{warehouse}/{table}").count() == 0
+
+
+def test_a_late_event_that_caps_a_session_older_than_the_window_quarantines_it(spark, warehouse, monkeypatch, tmp_path):
+    # max_session_days 1, backfill_limit_days 1, cursor load_tstamp. BOT starts 01-01 10:00; its
+    # late event loads 01-03 12:00, in a window whose sessions start from 01-02 on. That run caps
+    # BOT's lifecycle row at 01-02 10:00, so it must quarantine BOT, as one run over all would.
+    # (Found by the batching property, tests/test_batching_invariance.py.)
+    source = str(tmp_path / "export")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
+    def hit(event_id, loaded):
+        collector = loaded - timedelta(minutes=1)
+        values = {
+            "event_id": event_id, "app_id": "website", "event_name": "page_view", "collector_tstamp": collector,
+            "dvce_created_tstamp": collector, "dvce_sent_tstamp": collector, "derived_tstamp": collector,
+            "load_tstamp": loaded, "domain_sessionid": "BOT", "domain_userid": "u", "page_url": "/",
+        }
+        return tuple(values.get(name) for name in SAMPLE_SCHEMA.fieldNames()) + (loaded.date(),)
+    day = STREAM_START
+    rows = [hit("b1", day + timedelta(hours=10)), hit("b2", day + timedelta(hours=10, minutes=5)),
+            hit("b3", day + timedelta(days=2, hours=12))]
+    write_events(spark, events_frame(spark, rows), source, "append")
+    settings = IncrementalSettings(start_date=day.date().isoformat(), max_session_days=1, backfill_limit_days=1)
+    runs = run_until_caught_up(settings, report=lambda line: None, instance=DagsterInstance.ephemeral(),
+                               now=(day + timedelta(days=4)).isoformat())
+    assert all(run.success for run in runs)
+    [bot] = delta_tables.read_table(spark, f"{warehouse}/sessions_lifecycle_manifest").collect()
+    assert bot.end_tstamp == bot.start_tstamp + timedelta(days=1)  # capped
+    quarantined = delta_tables.read_table(spark, f"{warehouse}/quarantined_sessions").collect()
+    assert [row.session_identifier for row in quarantined] == ["BOT"]

@@ -138,9 +138,7 @@ def test_the_next_event_is_found_among_rows_with_null_load_tstamp(spark):
 # classify_window: why an event of the window is not eligible
 
 
-@pytest.fixture(scope="module")
-def classified(spark):
-    """classify_window over one row per drop reason (and two eligible rows)."""
+def test_classify_window_names_each_drop_reason(spark):
     settings = IncrementalSettings(start_date="2021-01-01", app_ids=["web"], days_late_allowed=3)
     source = events_frame(spark, [
         event("kept", "02 10:00"),
@@ -155,28 +153,11 @@ def classified(spark):
         event("bot", "02 10:00", domain_sessionid="Q"),
     ])
     quarantined = frame(spark, "session_identifier string, quarantined_at timestamp", [("Q", t("01 00:00"))])
-    return T.classify_window(source, quarantined, settings)
-
-
-def test_classify_window_names_each_drop_reason(classified):
-    reasons = {r.event_id: r.drop_reason for r in classified.collect()}
+    reasons = {r.event_id: r.drop_reason for r in T.classify_window(source, quarantined, settings).collect()}
     assert reasons == {
         "kept": None, None: "null_event_id", "no_session": "null_session_id", "other_app": "app_filtered",
         "no_app": "app_filtered", "no_sent_time": "null_dvce_tstamps", "sent_late": "late_sent",
         "sent_in_time": None, "bot": "quarantined_session",
-    }
-
-
-def test_the_window_is_counted_by_drop_reason_in_the_pass_that_groups_it(classified):
-    # The rows above: kept and sent_in_time eligible; two app_filtered (other_app, no_app); one
-    # of each other reason but the null cursor, which none has. Observed while the candidates are
-    # built, as the lifecycle asset does, not counted in a pass of their own.
-    seen = Observation()
-    candidates = T.new_session_candidates(classified.observe(seen, *T.window_counts()), "load_tstamp")
-    assert [r.session_identifier for r in candidates.collect()] == ["S1"]
-    assert seen.get == {
-        T.ELIGIBLE: 2, T.NULL_CURSOR: 0, "null_event_id": 1, "null_session_id": 1, "app_filtered": 2,
-        "null_dvce_tstamps": 1, "late_sent": 1, "quarantined_session": 1,
     }
 
 
@@ -212,6 +193,23 @@ def test_candidates_span_the_eligible_events_of_each_session(spark):
         ("S3", "U5", t("02 09:00"), t("02 09:30")),
         ("S4", None, t("02 13:00"), t("02 13:00")),
     ]
+
+
+def test_sessions_capped_before_the_windows_sessions_are_found_from_the_first_changed_day(spark):
+    # Window from 05 12:00, max_session_days 3: its sessions start from 02 12:00 on. "same_day"
+    # starts on that day but before it; "recent" is one of the window's own (quarantined as such).
+    schema = "session_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
+    lifecycle = frame(spark, schema, [
+        ("old_capped", t("01 10:00"), t("04 10:00"), date(2021, 1, 1)),
+        ("old_open", t("01 12:00"), t("02 12:00"), date(2021, 1, 1)),
+        ("same_day", t("02 09:00"), t("05 09:00"), date(2021, 1, 2)),
+        ("recent", t("02 13:00"), t("05 13:00"), date(2021, 1, 2)),
+    ])
+    def capped(first_day):
+        rows = T.capped_before_window(lifecycle, first_day, t("05 12:00"), 3).collect()
+        return {r.session_identifier for r in rows}
+    assert capped(date(2021, 1, 1)) == {"old_capped", "same_day"}
+    assert capped(date(2021, 1, 2)) == {"same_day"}  # the days before the first change are not read
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import NOTHING_FOUND, RunBatch, observed
+from incremental_assets.run_state import NOTHING_FOUND, RunBatch
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
@@ -96,28 +96,25 @@ def sessions_lifecycle_manifest(
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
-    # One pass over the window: it is classified, counted by drop reason and grouped by session at once.
-    window_seen = Observation()
-    classified = T.classify_window(window, quarantined, settings).observe(window_seen, *T.window_counts())
-    candidates = T.new_session_candidates(classified, ts).cache()  # a row per session
-    candidates.count()
-    counts = observed(window_seen) or classified.agg(*T.window_counts()).first().asDict()  # no metrics: count again
-    null_cursor_rows, eligible = counts.pop(T.NULL_CURSOR), counts.pop(T.ELIGIBLE)
+    # Cached narrow: the two passes over it need four columns, not the source's hundred.
+    classified = T.classify_window(window, quarantined, settings).select(T.SESSION, T.USER, ts, "drop_reason").cache()
+    drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
+    null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(candidates, stored, settings.max_session_days)
-    if eligible:
+    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days)
+    if drops.get(None):
         changes = changes.cache()
         changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
     else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
         changed = {"n": 0, "first_day": None}
-    candidates.unpersist()
+    classified.unpersist()
     metadata = {
-        "events_in_window": eligible + sum(counts.values()),
-        "eligible_events": eligible,
+        "events_in_window": sum(drops.values()),
+        "eligible_events": drops.get(None, 0),
         "null_cursor_rows": null_cursor_rows,
-        **{f"dropped_{reason}": n for reason, n in counts.items() if n},
+        **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
         "source_read": source_read(source, settings),
     }
@@ -187,9 +184,18 @@ def session_batch(
         active = active.cache()
         span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
     at_cap = span["at_cap"]
+    # This run's lifecycle write changed rows from this day on: sessions it capped that started
+    # before the window's sessions are quarantined too (the days before are left as they were).
+    changed_from = None if idle else _first_day_changed(context)
+    capped_earlier = None
+    if changed_from is not None and changed_from <= (limits.lower - timedelta(days=settings.max_session_days)).date():
+        capped_earlier = T.capped_before_window(lifecycle, changed_from, limits.lower, settings.max_session_days).cache()
+        at_cap += capped_earlier.count()
     quarantine = None
     if must_write(at_cap, QUARANTINE):
         quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
+        if capped_earlier is not None:
+            quarantine = quarantine.unionByName(capped_earlier.withColumn("quarantined_at", F.lit(limits.now)))
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
@@ -212,8 +218,17 @@ def session_batch(
         metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
     )
     active.unpersist()
-    if duplicated is not None:
-        duplicated.unpersist()
+    for cached in (duplicated, capped_earlier):
+        if cached is not None:
+            cached.unpersist()
+
+
+def _first_day_changed(context: AssetExecutionContext) -> date | None:
+    """The first start day of the lifecycle rows this run's lifecycle write changed (its MERGE
+    floor), or None when it changed none."""
+    write = latest_write(context, LIFECYCLE)
+    floor = write and write.get(MERGE_TARGET_FLOOR)
+    return date.fromisoformat(floor) if floor else None
 
 
 @incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session

@@ -17,11 +17,6 @@ SESSION = "session_identifier"
 USER = "user_identifier"
 COPIES = "_copies"
 NULL_CURSOR = "null_cursor"  # the drop reason of a row whose session timestamp is null
-# Why an event of the window is not eligible, in the order classify_window tries them.
-DROP_REASONS = (
-    NULL_CURSOR, "null_event_id", "null_session_id", "app_filtered", "null_dvce_tstamps", "late_sent", "quarantined_session"
-)
-ELIGIBLE = "eligible"  # the window_counts of rows without a drop reason
 
 
 def days(n: int) -> Column:
@@ -119,27 +114,16 @@ def classify_window(window: DataFrame, quarantined: DataFrame, settings: Increme
     quarantine = quarantined.select(F.col(SESSION).alias("_q"), F.lit(True).alias("_quarantined"))
     marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
     marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
-    holds = {  # a row gets the first reason, in the order of DROP_REASONS, that holds
-        NULL_CURSOR: F.col(settings.session_timestamp).isNull(),
-        "null_event_id": F.col("event_id").isNull(),
-        "null_session_id": F.col(SESSION).isNull(),
-        "app_filtered": ~app_allowed(settings),
-        "null_dvce_tstamps": sent_in_time(settings).isNull(),
-        "late_sent": ~sent_in_time(settings),
-        "quarantined_session": F.col("_quarantined"),
-    }
-    first, *others = DROP_REASONS
-    reason = F.when(holds[first], first)
-    for name in others:
-        reason = reason.when(holds[name], name)
+    reason = (
+        F.when(F.col(settings.session_timestamp).isNull(), NULL_CURSOR)
+        .when(F.col("event_id").isNull(), "null_event_id")
+        .when(F.col(SESSION).isNull(), "null_session_id")
+        .when(~app_allowed(settings), "app_filtered")
+        .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")
+        .when(~sent_in_time(settings), "late_sent")
+        .when(F.col("_quarantined"), "quarantined_session")
+    )
     return marked.withColumn("drop_reason", reason).drop("_q", "_quarantined")
-
-
-def window_counts() -> list[Column]:
-    """How many rows of a `classify_window` are eligible and how many each reason drops, as
-    aggregates a pass over it observes (so the window is classified once, not cached to count)."""
-    reason = F.col("drop_reason")
-    return [F.count_if(reason.isNull()).alias(ELIGIBLE), *(F.count_if(reason == name).alias(name) for name in DROP_REASONS)]
 
 
 def new_session_candidates(classified: DataFrame, ts: str) -> DataFrame:
@@ -216,6 +200,21 @@ def _reached_cap(max_session_days: int) -> Column:
 def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
     """Sessions whose end reached start + MSD days: they will never be extended again."""
     return sessions.where(_reached_cap(max_session_days)).select(SESSION, F.lit(quarantined_at).alias("quarantined_at"))
+
+
+def capped_before_window(lifecycle: DataFrame, first_day: date, lower: datetime, max_session_days: int) -> DataFrame:
+    """Sessions started from `first_day` on, too early to be among the sessions of a window from
+    `lower` (before lower − MSD), whose lifecycle end reached their cap.
+
+    A late event of such a session caps its lifecycle row in a run it is not a session of, and a
+    run over a wider window (one shot over the same rows) quarantines it: so must this run.
+    """
+    earliest = lower - timedelta(days=max_session_days)
+    return lifecycle.where(
+        (F.col("start_date") >= F.lit(first_day))
+        & (F.col("start_tstamp") < F.lit(earliest))
+        & (F.col("end_tstamp") >= F.col("start_tstamp") + days(max_session_days))
+    ).select(SESSION)
 
 
 def batch_counts(ts: str) -> list[Column]:

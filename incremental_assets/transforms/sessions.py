@@ -193,8 +193,9 @@ def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, ma
     )
 
 
-def _reached_cap(max_session_days: int) -> Column:
-    return F.col("lifecycle_end_tstamp") >= F.col("start_tstamp") + days(max_session_days)
+def _reached_cap(max_session_days: int, end: str = "lifecycle_end_tstamp") -> Column:
+    """Whether a session's lifecycle end (by default as `sessions_this_run` names it) reached start + MSD."""
+    return F.col(end) >= F.col("start_tstamp") + days(max_session_days)
 
 
 def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
@@ -213,7 +214,7 @@ def capped_before_window(lifecycle: DataFrame, first_day: date, lower: datetime,
     return lifecycle.where(
         (F.col("start_date") >= F.lit(first_day))
         & (F.col("start_tstamp") < F.lit(earliest))
-        & (F.col("end_tstamp") >= F.col("start_tstamp") + days(max_session_days))
+        & _reached_cap(max_session_days, end="end_tstamp")
     ).select(SESSION)
 
 

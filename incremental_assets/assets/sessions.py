@@ -188,7 +188,7 @@ def session_batch(
     # before the window's sessions are quarantined too (the days before are left as they were).
     changed_from = None if idle else _first_day_changed(context)
     capped_earlier = None
-    if changed_from is not None and changed_from <= (limits.lower - timedelta(days=settings.max_session_days)).date():
+    if changed_from is not None and changed_from <= T.earliest_start(limits.lower, settings.max_session_days).date():
         capped_earlier = T.capped_before_window(lifecycle, changed_from, limits.lower, settings.max_session_days).cache()
         at_cap += capped_earlier.count()
     quarantine = None

@@ -177,9 +177,14 @@ def merge_lifecycle(candidates: DataFrame, stored: DataFrame, max_session_days: 
     )
 
 
+def earliest_start(lower: datetime, max_session_days: int) -> datetime:
+    """The earliest start of a session a window from `lower` can hold (L − MSD)."""
+    return lower - timedelta(days=max_session_days)
+
+
 def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, max_session_days: int) -> DataFrame:
     """Sessions active in the window: start in [L − MSD, U], end >= L; end capped at U."""
-    earliest = lower - timedelta(days=max_session_days)
+    earliest = earliest_start(lower, max_session_days)
     return (
         lifecycle.where(F.col("start_date") >= F.lit(earliest.date()))
         .where(F.col("start_tstamp").between(F.lit(earliest), F.lit(upper)) & (F.col("end_tstamp") >= F.lit(lower)))
@@ -210,10 +215,9 @@ def capped_before_window(lifecycle: DataFrame, first_day: date, lower: datetime,
     A late event of such a session caps its lifecycle row in a run it is not a session of, and a
     run over a wider window (one shot over the same rows) quarantines it: so must this run.
     """
-    earliest = lower - timedelta(days=max_session_days)
     return lifecycle.where(
         (F.col("start_date") >= F.lit(first_day))
-        & (F.col("start_tstamp") < F.lit(earliest))
+        & (F.col("start_tstamp") < F.lit(earliest_start(lower, max_session_days)))
         & _reached_cap(max_session_days, end="end_tstamp")
     ).select(SESSION)
 

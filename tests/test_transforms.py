@@ -187,7 +187,10 @@ def test_candidates_span_the_eligible_events_of_each_session(spark):
         ("S3", "U5", t("02 09:30"), None),
         ("S4", None, t("02 13:00"), None),
     ])
-    rows = sorted(tuple(r) for r in T.new_session_candidates(classified, "load_tstamp").collect())
+    groups = T.window_groups(classified, "load_tstamp")
+    drops = {reason: n for reason, n in groups.groupBy("drop_reason").sum("events").collect()}
+    assert drops == {None: 6, "late_sent": 1, "app_filtered": 1}
+    rows = sorted(tuple(r) for r in T.new_session_candidates(groups).collect())
     assert rows == [
         ("S1", "U2", t("02 10:00"), t("02 12:00")),
         ("S3", "U5", t("02 09:00"), t("02 09:30")),

@@ -96,20 +96,19 @@ def sessions_lifecycle_manifest(
     source = delta_tables.read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
-    # Cached narrow: the two passes over it need four columns, not the source's hundred.
-    classified = T.classify_window(window, quarantined, settings).select(T.SESSION, T.USER, ts, "drop_reason").cache()
-    drops = {r["drop_reason"]: r["count"] for r in classified.groupBy("drop_reason").count().collect()}
+    groups = T.window_groups(T.classify_window(window, quarantined, settings), ts).cache()
+    drops = {r["drop_reason"]: r["events"] for r in groups.groupBy("drop_reason").agg(F.sum("events").alias("events")).collect()}
     null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(T.new_session_candidates(classified, ts), stored, settings.max_session_days)
+    changes = T.merge_lifecycle(T.new_session_candidates(groups), stored, settings.max_session_days)
     if drops.get(None):
         changes = changes.cache()
         changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
     else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
         changed = {"n": 0, "first_day": None}
-    classified.unpersist()
+    groups.unpersist()
     metadata = {
         "events_in_window": sum(drops.values()),
         "eligible_events": drops.get(None, 0),

@@ -126,18 +126,21 @@ def classify_window(window: DataFrame, quarantined: DataFrame, settings: Increme
     return marked.withColumn("drop_reason", reason).drop("_q", "_quarantined")
 
 
-def new_session_candidates(classified: DataFrame, ts: str) -> DataFrame:
-    """One row per session with an eligible event in the window: its first and last ts, its user.
+def window_groups(classified: DataFrame, ts: str) -> DataFrame:
+    """The window's events grouped by (session, user, drop reason): how many, the first and last ts.
 
-    Grouped by (session, user) first: a hash aggregation that leaves a row or two per session, as
-    a string max over every event would sort them all (half the time at 5M events, benchmarks/).
+    A few rows per session, from one hash aggregation: the drop counts and the candidates are both
+    read from it, where caching every event for the two passes cost a second and more at 5M events.
     """
-    pairs = (
-        classified.where(F.col("drop_reason").isNull())
-        .groupBy(SESSION, USER)
-        .agg(F.min(ts).alias("start_tstamp"), F.max(ts).alias("end_tstamp"))
+    return classified.groupBy(SESSION, USER, "drop_reason").agg(
+        F.count(F.lit(1)).alias("events"), F.min(ts).alias("start_tstamp"), F.max(ts).alias("end_tstamp")
     )
-    return pairs.groupBy(SESSION).agg(
+
+
+def new_session_candidates(groups: DataFrame) -> DataFrame:
+    """One row per session with an eligible event in the window (`window_groups`): its first and
+    last ts, its user (grouped by user first, as a string max over every event would sort them all)."""
+    return groups.where(F.col("drop_reason").isNull()).groupBy(SESSION).agg(
         F.max(USER).alias(USER), F.min("start_tstamp").alias("start_tstamp"), F.max("end_tstamp").alias("end_tstamp")
     )
 

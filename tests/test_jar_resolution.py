@@ -1,5 +1,5 @@
 """Delta jar resolution: independent of the user's Maven and Ivy caches, says why it failed, and
-adds to Spark's class path only what Spark lacks.
+adds to Spark's class path only what Spark lacks. And the local driver's heap, sized to the machine.
 
 The resolution tests download from Maven Central into a temporary cache and start a JVM.
 """
@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from incremental_assets.resources.spark import DELTA_VERSION, _resolve, not_shipped_with_spark, resolve_delta_jars
+from incremental_assets.resources.spark import (
+    DELTA_VERSION,
+    _resolve,
+    driver_memory,
+    not_shipped_with_spark,
+    resolve_delta_jars,
+)
 
 # What `mvn dependency:get -Dartifact=...:pom` or an interrupted Maven build leaves behind.
 POM_WITHOUT_JAR = f"""<?xml version="1.0" encoding="UTF-8"?>
@@ -67,3 +73,11 @@ def test_a_failed_resolution_names_its_cause(jar_cache):
     assert "io.delta#no-such-artifact_2.13;0.0.1: not found" in message
     assert str(jar_cache / f"delta-{DELTA_VERSION}" / "ivysettings.xml") in message
     assert "Java gateway" not in message
+
+
+@pytest.mark.parametrize(
+    "physical_gib, heap",
+    [(4, "2g"), (8, "2g"), (12, "4g"), (24, "8g"), (64, "8g")],  # a third, from 2 GiB up to 8 GiB
+)
+def test_the_local_driver_takes_a_third_of_the_machine_between_2_and_8_gib(physical_gib, heap):
+    assert driver_memory(physical_gib * 2**30) == heap

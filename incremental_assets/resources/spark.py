@@ -79,15 +79,24 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# The throughput collector: a run is a batch of CPU-bound scans and writes, not a service whose
+# pauses matter (a first backfill of 5M events ran 7% faster than with G1, benchmarks/).
+JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
 LOCAL_CONF = {
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
     # Manifests and scratch tables are small: a handful of snapshot partitions keeps Delta
     # log replay from scheduling 50 tasks per table read.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "4g",
 }
+
+
+def driver_memory(physical_bytes: int) -> str:
+    """The local driver's heap: a third of the machine's memory, from 2 GiB up to 8 GiB (a
+    bigger heap sorts and writes a big window in fewer collections; more buys nothing here)."""
+    gib = physical_bytes // 3 // 2**30
+    return f"{min(max(gib, 2), 8)}g"
 
 
 def _version_dir() -> Path:
@@ -207,7 +216,8 @@ def driver_conf() -> dict[str, str]:
     """What a Spark driver of this project needs at launch: Delta's jars (from the cache; resolved
     first, with the network once, when set-up was skipped) and extensions, UTC. A Spark Connect
     server started for the project takes the same (`spark-submit --conf`)."""
-    return {**LOCAL_CONF, **DELTA_CONF, "spark.jars": ",".join(resolve_delta_jars())}
+    memory = driver_memory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return {**LOCAL_CONF, "spark.driver.memory": memory, **DELTA_CONF, "spark.jars": ",".join(resolve_delta_jars())}
 
 
 def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]") -> list[str]:

@@ -388,6 +388,15 @@ def test_the_dedupe_is_the_same_when_the_duplicated_ids_are_joined_by_a_shuffle(
     assert sorted(map(Row.asDict, shuffled.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)
 
 
+def test_an_id_flagged_by_a_hash_it_shares_with_another_is_deduplicated_alone(session_inputs, session_events):
+    """duplicated_ids flags hashes: two ids sharing one (a collision) are both ranked. As if every
+    hash collided, with every candidate's hash flagged: the same rows, each unique id kept once."""
+    candidates, sessions, settings = session_inputs
+    every_hash = candidates.select(F.xxhash64("event_id").alias(T.ID_HASH)).distinct().withColumn("_dup", F.lit(True))
+    flagged = T.session_events(candidates, F.broadcast(sessions), settings, F.broadcast(every_hash))
+    assert sorted(map(Row.asDict, flagged.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)
+
+
 def test_copies_loaded_together_go_to_the_one_created_first(run_events):
     assert run_events["a3"].page_url == "/created_first"
 

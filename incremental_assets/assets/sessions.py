@@ -39,8 +39,8 @@ QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
 # The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
 # in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
 SESSIONS_RANKED_WHOLE = 30_000
-# A broadcast of a million ids costs the driver about 100 MB; more (a whole stream loaded twice)
-# are joined by a shuffle.
+# Duplicated ids are broadcast as 64-bit hashes up to a million (tens of MB); more (a whole stream
+# loaded twice) are joined by a shuffle.
 BROADCAST_DUPLICATED_IDS = 1_000_000
 # The run's sessions (about 100 bytes each) are broadcast to the events up to this many. Left to
 # Spark's 10 MB threshold, a first backfill's 165k sessions were planned as a sort-merge join that

@@ -260,11 +260,22 @@ def candidate_events(source: DataFrame, settings: IncrementalSettings, span) -> 
     )
 
 
+ID_HASH = "_id_hash"
+
+
+def _id_hash() -> Column:
+    return F.xxhash64("event_id").alias(ID_HASH)
+
+
 def duplicated_ids(candidates: DataFrame) -> DataFrame:
-    """The event_ids more than one candidate row holds: counted on that one column, so that only
+    """The 64-bit hashes of the event_ids more than one candidate row holds: counted on that one
+    number (a third of the bytes of an id to shuffle, and a hash table of longs), so that only
     their rows (a few in a hundred) pay the dedupe's shuffle of whole rows. A superset of the ids
-    the batch holds twice: a copy outside its session's cap is dropped later."""
-    return candidates.groupBy("event_id").count().where(F.col("count") > 1).select("event_id", F.lit(True).alias("_dup"))
+    the batch holds twice: a copy outside its session's cap is dropped later, and an id that shares
+    its hash with another is ranked by itself all the same (the ranking is by event_id)."""
+    return (
+        candidates.groupBy(_id_hash()).count().where(F.col("count") > 1).select(ID_HASH, F.lit(True).alias("_dup"))
+    )
 
 
 def session_events(
@@ -286,7 +297,7 @@ def session_events(
     )
     if duplicated is None:
         return _first_copies(in_session, ts)
-    marked = in_session.join(duplicated, "event_id", "left")
+    marked = in_session.withColumn(ID_HASH, _id_hash()).join(duplicated, ID_HASH, "left").drop(ID_HASH)
     single = marked.where(F.col("_dup").isNull()).drop("_dup").withColumn(COPIES, F.lit(1).cast("long"))
     return single.unionByName(_first_copies(marked.where(F.col("_dup")).drop("_dup"), ts))
 

@@ -397,6 +397,26 @@ def test_an_id_flagged_by_a_hash_it_shares_with_another_is_deduplicated_alone(se
     assert sorted(map(Row.asDict, flagged.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)
 
 
+def test_a_sessions_row_counts_its_events_and_picks_its_first_app_and_pages_by_time(spark):
+    # S1: first event e1 (web, page /a); e3 and e4 are page views at the same moment, so the last
+    # page is the one of the greater event_id (e4: /c); e2 is not a page view. S2 starts with two
+    # events at once, from mobile and ios: the least app_id (ios); it has no page view at all.
+    schema = "session_identifier string, user_identifier string, app_id string, event_id string, event_name string, derived_tstamp timestamp, page_url string"
+    events = frame(spark, schema, [
+        ("S1", "U1", "web", "e1", "page_view", t("02 10:00"), "/a"),
+        ("S1", None, "mobile", "e2", "page_ping", t("02 10:05"), "/x"),
+        ("S1", "U1", "web", "e4", "page_view", t("02 10:10"), "/c"),
+        ("S1", "U1", "web", "e3", "page_view", t("02 10:10"), "/b"),
+        ("S2", None, "mobile", "f1", "page_ping", t("02 09:00"), None),
+        ("S2", "U2", "ios", "f2", "page_ping", t("02 09:00"), None),
+    ])
+    rows = sorted(tuple(r) for r in T.session_rows(events).collect())
+    assert rows == [
+        ("S1", "U1", "web", t("02 10:00"), t("02 10:10"), 4, 3, "/a", "/c", 600),
+        ("S2", "U2", "ios", t("02 09:00"), t("02 09:00"), 2, 0, None, None, 0),
+    ]
+
+
 def test_copies_loaded_together_go_to_the_one_created_first(run_events):
     assert run_events["a3"].page_url == "/created_first"
 

@@ -233,21 +233,4 @@ def _first_day_changed(context: AssetExecutionContext) -> date | None:
 @incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session
 def sessions(events: DataFrame, limits: RunLimits) -> DataFrame:
     """One row per session, recomputed whole from all its events whenever a run touches it."""
-    by_time = F.struct("derived_tstamp", "event_id")
-    page_views = F.col("event_name") == "page_view"
-    return (
-        events.groupBy(T.SESSION)
-        .agg(
-            F.max(T.USER).alias(T.USER),
-            F.min_by("app_id", by_time).alias("app_id"),
-            F.min("derived_tstamp").alias("start_tstamp"),
-            F.max("derived_tstamp").alias("end_tstamp"),
-            F.count("event_id").alias("events"),
-            F.count_if(page_views).alias("page_views"),
-            F.min_by(F.when(page_views, F.col("page_url")), F.when(page_views, by_time)).alias("first_page_url"),
-            F.max_by(F.when(page_views, F.col("page_url")), F.when(page_views, by_time)).alias("last_page_url"),
-        )
-        .withColumn(
-            "duration_seconds", F.col("end_tstamp").cast("long") - F.col("start_tstamp").cast("long")
-        )
-    )
+    return T.session_rows(events)

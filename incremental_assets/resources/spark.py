@@ -73,8 +73,8 @@ SQL_CONF = {
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.sql.adaptive.autoBroadcastJoinThreshold": "64MB",
     # Groups a task's object-hash aggregation (the daily layer's collect_set) holds before it sorts
-    # its rows instead. Spark's 128 made a 30-day daily run sort all 4.8M events (3.3-3.8 s; 2.0-2.2 s
-    # in memory, at 100k (user, day) groups). Buffers of a few KB each: 100k groups fit a task.
+    # its rows instead. Spark's 128 made a 30-day daily run sort all 4.8M events (3.3-3.8 s, where
+    # its 100k (user, day) groups aggregate in memory in 2.0-2.2 s).
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "100000",
 }
 
@@ -84,7 +84,8 @@ DELTA_CONF = {
 }
 
 # The throughput collector: a run is a batch of CPU-bound scans and writes, not a service whose
-# pauses matter (a first backfill of 5M events ran 7% faster than with G1, benchmarks/).
+# pauses matter (with the heap of driver_memory, a first backfill of 5M events took 79 s where G1
+# with 4 GiB took 85 s).
 JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
 LOCAL_CONF = {
     "spark.driver.extraJavaOptions": JAVA_OPTIONS,

@@ -24,6 +24,7 @@ from incremental_assets.runner import run_incremental, run_until_caught_up
 from incremental_assets.sample.generator import SampleParams
 from incremental_assets.sample.stream import append_hours, events_frame, generate_stream
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.transforms import sessions as sessions_transforms
 from incremental_assets.utc import utcnow
 
 STREAM_START = (utcnow() - timedelta(days=300)).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -221,11 +222,9 @@ def test_a_first_run_over_an_empty_window_succeeds_and_moves_on_to_the_first_eve
         assert delta_tables.read_table(spark, f"{warehouse}/{table}").count() == 0
 
 
-def test_a_late_event_that_caps_a_session_older_than_the_window_quarantines_it(spark, warehouse, monkeypatch, tmp_path):
-    # max_session_days 1, backfill_limit_days 1, cursor load_tstamp. BOT starts 01-01 10:00; its
-    # late event loads 01-03 12:00, in a window whose sessions start from 01-02 on. That run caps
-    # BOT's lifecycle row at 01-02 10:00, so it must quarantine BOT, as one run over all would.
-    # (Found by the batching property, tests/test_batching_invariance.py.)
+def bot_stream(spark, tmp_path, monkeypatch) -> IncrementalSettings:
+    """BOT, whose late event caps its session in a run over a later window: in a source of its own,
+    with the settings that process it (max_session_days 1, backfill_limit_days 1, cursor load_tstamp)."""
     source = str(tmp_path / "export")
     monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
     def hit(event_id, loaded):
@@ -240,11 +239,43 @@ def test_a_late_event_that_caps_a_session_older_than_the_window_quarantines_it(s
     rows = [hit("b1", day + timedelta(hours=10)), hit("b2", day + timedelta(hours=10, minutes=5)),
             hit("b3", day + timedelta(days=2, hours=12))]
     write_events(spark, events_frame(spark, rows), source, "append")
-    settings = IncrementalSettings(start_date=day.date().isoformat(), max_session_days=1, backfill_limit_days=1)
-    runs = run_until_caught_up(settings, report=lambda line: None, instance=DagsterInstance.ephemeral(),
-                               now=(day + timedelta(days=4)).isoformat())
-    assert all(run.success for run in runs)
+    return IncrementalSettings(start_date=day.date().isoformat(), max_session_days=1, backfill_limit_days=1)
+
+
+def bot_runs(settings: IncrementalSettings, instance: DagsterInstance) -> list:
+    return run_until_caught_up(settings, report=lambda line: None, instance=instance,
+                               now=(STREAM_START + timedelta(days=4)).isoformat())
+
+
+def bot_capped_and_quarantined(spark, warehouse) -> tuple[bool, list[str]]:
     [bot] = delta_tables.read_table(spark, f"{warehouse}/sessions_lifecycle_manifest").collect()
-    assert bot.end_tstamp == bot.start_tstamp + timedelta(days=1)  # capped
     quarantined = delta_tables.read_table(spark, f"{warehouse}/quarantined_sessions").collect()
-    assert [row.session_identifier for row in quarantined] == ["BOT"]
+    return bot.end_tstamp == bot.start_tstamp + timedelta(days=1), [row.session_identifier for row in quarantined]
+
+
+def test_a_late_event_that_caps_a_session_older_than_the_window_quarantines_it(spark, warehouse, monkeypatch, tmp_path):
+    # BOT starts 01-01 10:00; its late event loads 01-03 12:00, in a window whose sessions start
+    # from 01-02 on. That run caps BOT's lifecycle row at 01-02 10:00, so it must quarantine BOT,
+    # as one run over all would. (Found by the batching property, tests/test_batching_invariance.py.)
+    runs = bot_runs(bot_stream(spark, tmp_path, monkeypatch), DagsterInstance.ephemeral())
+    assert all(run.success for run in runs)
+    assert bot_capped_and_quarantined(spark, warehouse) == (True, ["BOT"])
+
+
+def test_a_session_capped_by_a_run_killed_before_its_quarantine_is_quarantined_by_the_next(
+    spark, warehouse, monkeypatch, tmp_path
+):
+    # The run holding BOT's late event caps its lifecycle row, then dies before it writes the
+    # quarantine. The next run finds that row already at its cap, nothing to change, and must
+    # still quarantine BOT: its lifecycle step reports the row's day all the same.
+    settings, instance = bot_stream(spark, tmp_path, monkeypatch), DagsterInstance.ephemeral()
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the lifecycle's write and the quarantine's")
+    with monkeypatch.context() as patch:
+        patch.setattr(sessions_transforms, "capped_before_window", killed)
+        runs = bot_runs(settings, instance)
+    assert not runs[-1].success
+    assert bot_capped_and_quarantined(spark, warehouse) == (True, [])
+    runs = bot_runs(settings, instance)
+    assert all(run.success for run in runs)
+    assert bot_capped_and_quarantined(spark, warehouse) == (True, ["BOT"])

@@ -10,6 +10,7 @@ from dagster import (
     AssetCheckResult,
     AssetExecutionContext,
     AssetIn,
+    AssetKey,
     AssetOut,
     Output,
     asset_check,
@@ -29,7 +30,7 @@ from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import NOTHING_FOUND, RunBatch
+from incremental_assets.run_state import NOTHING_FOUND, RunBatch, materialization_metadata
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
@@ -88,9 +89,10 @@ NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its 
 def sessions_lifecycle_manifest(
     context: AssetExecutionContext, limits: RunLimits, settings: IncrementalSettings, spark: SparkResource,
     manifest: ManifestResource,
-) -> Output:
+):
     if nothing_new_in_run(context, limits, manifest):
-        return Output(None, metadata=NOTHING_NEW)
+        yield Output(None, metadata=NOTHING_NEW)
+        return
     session = spark.spark_session
     ts = settings.session_timestamp
     source = delta_tables.read_table(session, source_table_uri())
@@ -103,11 +105,14 @@ def sessions_lifecycle_manifest(
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
     stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
     changes = T.merge_lifecycle(T.new_session_candidates(groups), stored, settings.max_session_days)
+    at_cap = F.col(T.STORED_AT_CAP)
     if drops.get(None):
         changes = changes.cache()
-        changed = changes.agg(F.count(F.lit(1)).alias("n"), F.min("start_date").alias("first_day")).first()
+        changed = changes.agg(
+            F.count_if(~at_cap).alias("n"), F.count_if(at_cap).alias("at_cap"), F.min("start_date").alias("first_day")
+        ).first()
     else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
-        changed = {"n": 0, "first_day": None}
+        changed = {"n": 0, "at_cap": 0, "first_day": None}
     groups.unpersist()
     metadata = {
         "events_in_window": sum(drops.values()),
@@ -115,15 +120,16 @@ def sessions_lifecycle_manifest(
         "null_cursor_rows": null_cursor_rows,
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
+        "sessions_already_at_cap": changed["at_cap"],
         "source_read": source_read(source, settings),
     }
-    if not must_write(changed["n"], LIFECYCLE):
-        changes.unpersist()
-        return Output(None, metadata=metadata)
     if changed["first_day"] is not None:
-        # A change starts no later than the stored row it updates: the MERGE reads from its first day on.
+        # A change starts no later than the stored row it updates: the MERGE reads from its first
+        # day on, and the batch quarantines the sessions at their cap from there (_first_day_touched).
         metadata[MERGE_TARGET_FLOOR] = changed["first_day"].isoformat()
-    return Output(changes, metadata={**metadata, ROWS_AT_MOST: changed["n"]})
+    written = changes.where(~at_cap).drop(T.STORED_AT_CAP) if must_write(changed["n"], LIFECYCLE) else None
+    yield Output(written, metadata={**metadata, ROWS_AT_MOST: changed["n"]} if written is not None else metadata)
+    changes.unpersist()
 
 
 @asset_check(
@@ -183,12 +189,13 @@ def session_batch(
         active = active.cache()
         span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
     at_cap = span["at_cap"]
-    # This run's lifecycle write changed rows from this day on: sessions it capped that started
-    # before the window's sessions are quarantined too (the days before are left as they were).
-    changed_from = None if idle else _first_day_changed(context)
+    # This run's window touched lifecycle rows from this day on (changed them, or found them at
+    # their cap): sessions at their cap that started before the window's sessions are quarantined
+    # too (the days before are left as they were).
+    touched_from = None if idle else _first_day_touched(context)
     capped_earlier = None
-    if changed_from is not None and changed_from <= T.earliest_start(limits.lower, settings.max_session_days).date():
-        capped_earlier = T.capped_before_window(lifecycle, changed_from, limits.lower, settings.max_session_days).cache()
+    if touched_from is not None and touched_from <= T.earliest_start(limits.lower, settings.max_session_days).date():
+        capped_earlier = T.capped_before_window(lifecycle, touched_from, limits.lower, settings.max_session_days).cache()
         at_cap += capped_earlier.count()
     quarantine = None
     if must_write(at_cap, QUARANTINE):
@@ -222,11 +229,11 @@ def session_batch(
             cached.unpersist()
 
 
-def _first_day_changed(context: AssetExecutionContext) -> date | None:
-    """The first start day of the lifecycle rows this run's lifecycle write changed (its MERGE
-    floor), or None when it changed none."""
-    write = latest_write(context, LIFECYCLE)
-    floor = write and write.get(MERGE_TARGET_FLOOR)
+def _first_day_touched(context: AssetExecutionContext) -> date | None:
+    """The first start day of the lifecycle rows this run's window touched, changed or found at
+    their cap (the floor its lifecycle step recorded, whether or not it wrote), or None."""
+    event = context.instance.get_latest_materialization_event(AssetKey(LIFECYCLE))
+    floor = event and materialization_metadata(event.asset_materialization).get(MERGE_TARGET_FLOOR)
     return date.fromisoformat(floor) if floor else None
 
 

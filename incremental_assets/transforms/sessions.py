@@ -145,29 +145,36 @@ def new_session_candidates(groups: DataFrame) -> DataFrame:
     )
 
 
+STORED_AT_CAP = "stored_at_cap"
+
+
 def merge_lifecycle(candidates: DataFrame, stored: DataFrame, max_session_days: int) -> DataFrame:
     """Lifecycle rows to upsert: first user sticks, least start, greatest end capped at start + MSD.
 
     `stored` holds the rows considered (start within session_lookback_days). A stored row whose
-    end already reached its cap is left alone.
+    end already reached its cap is left alone: it comes out as stored, flagged `STORED_AT_CAP`, not
+    to be written. Its start day still bounds the sessions the run quarantines: a run that crashed
+    between capping a session and quarantining it left it so, and the next one must finish it.
     """
     cap = days(max_session_days)
     s = stored.select(*[F.col(c).alias(f"s_{c}") for c in (SESSION, USER, "start_tstamp", "end_tstamp")])
     joined = candidates.join(s, candidates[SESSION] == s[f"s_{SESSION}"], "left")
     start = F.least(F.col("start_tstamp"), F.coalesce(F.col("s_start_tstamp"), F.col("start_tstamp")))
     end = F.greatest(F.col("end_tstamp"), F.coalesce(F.col("s_end_tstamp"), F.col("end_tstamp")))
-    stored_capped = F.col("s_end_tstamp") >= F.col("s_start_tstamp") + cap
-    merged = (
-        joined.where(F.col(f"s_{SESSION}").isNull() | ~stored_capped)
-        .select(
-            F.col(SESSION),
-            F.coalesce(F.col(f"s_{USER}"), F.col(USER)).alias(USER),
-            start.alias("start_tstamp"),
-            F.least(end, start + cap).alias("end_tstamp"),
-            F.col("s_start_tstamp"),
-            F.col("s_end_tstamp"),
-            F.col(f"s_{USER}"),
-        )
+    at_cap = F.coalesce(F.col("s_end_tstamp") >= F.col("s_start_tstamp") + cap, F.lit(False))
+
+    def merged_or_stored(value: Column, name: str) -> Column:
+        return F.when(at_cap, F.col(f"s_{name}")).otherwise(value).alias(name)
+
+    merged = joined.select(
+        F.col(SESSION),
+        merged_or_stored(F.coalesce(F.col(f"s_{USER}"), F.col(USER)), USER),
+        merged_or_stored(start, "start_tstamp"),
+        merged_or_stored(F.least(end, start + cap), "end_tstamp"),
+        F.col("s_start_tstamp"),
+        F.col("s_end_tstamp"),
+        F.col(f"s_{USER}"),
+        at_cap.alias(STORED_AT_CAP),
     )
     changed = (
         F.col("s_start_tstamp").isNull()
@@ -175,8 +182,8 @@ def merge_lifecycle(candidates: DataFrame, stored: DataFrame, max_session_days: 
         | (F.col("end_tstamp") != F.col("s_end_tstamp"))
         | (F.col(f"s_{USER}").isNull() & F.col(USER).isNotNull())
     )
-    return merged.where(changed).select(
-        SESSION, USER, "start_tstamp", "end_tstamp", F.to_date("start_tstamp").alias("start_date")
+    return merged.where(changed | F.col(STORED_AT_CAP)).select(
+        SESSION, USER, "start_tstamp", "end_tstamp", F.to_date("start_tstamp").alias("start_date"), STORED_AT_CAP
     )
 
 

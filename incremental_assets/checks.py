@@ -11,7 +11,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    MetadataValue,
+    asset_check,
+)
 from pyspark.sql import DataFrame
 
 from incremental_assets.delta_tables import stored_max
@@ -24,12 +32,17 @@ from incremental_assets.utc import naive
 EXAMPLES = 10  # offending rows shown in a failed check's metadata
 
 
+def latest_metadata(context: AssetCheckExecutionContext | AssetExecutionContext, asset: str) -> dict[str, Any] | None:
+    """The metadata of the asset's latest materialization, whether or not it wrote; None before any."""
+    event = context.instance.get_latest_materialization_event(AssetKey(asset))
+    return None if event is None else materialization_metadata(event.asset_materialization)
+
+
 def latest_write(context: AssetCheckExecutionContext, asset: str) -> dict[str, Any] | None:
     """The metadata of the asset's latest materialization, if it wrote rows; None otherwise."""
-    event = context.instance.get_latest_materialization_event(AssetKey(asset))
-    if event is None:
+    metadata = latest_metadata(context, asset)
+    if metadata is None:
         return None
-    metadata = materialization_metadata(event.asset_materialization)
     changed = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0)
     return metadata if changed and metadata.get("delta_version") is not None else None
 

@@ -10,7 +10,6 @@ from dagster import (
     AssetCheckResult,
     AssetExecutionContext,
     AssetIn,
-    AssetKey,
     AssetOut,
     Output,
     asset_check,
@@ -22,7 +21,7 @@ from pyspark.sql import functions as F
 from incremental_assets import delta_tables
 from incremental_assets.assets import OWNERS, SPARK_DELTA, spark_delta_asset
 from incremental_assets.atomic_events import with_optional_columns
-from incremental_assets.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.checks import from_offending_rows, latest_metadata, latest_write, nothing_written
 from incremental_assets.environment import source_table_uri, table_uri
 from incremental_assets.incremental import incremental_asset, incremental_models_in_run
 from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, ROWS_AT_MOST, delta_table
@@ -30,7 +29,7 @@ from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import NOTHING_FOUND, RunBatch, materialization_metadata
+from incremental_assets.run_state import NOTHING_FOUND, RunBatch
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
@@ -232,8 +231,7 @@ def session_batch(
 def _first_day_touched(context: AssetExecutionContext) -> date | None:
     """The first start day of the lifecycle rows this run's window touched, changed or found at
     their cap (the floor its lifecycle step recorded, whether or not it wrote), or None."""
-    event = context.instance.get_latest_materialization_event(AssetKey(LIFECYCLE))
-    floor = event and materialization_metadata(event.asset_materialization).get(MERGE_TARGET_FLOOR)
+    floor = (latest_metadata(context, LIFECYCLE) or {}).get(MERGE_TARGET_FLOOR)
     return date.fromisoformat(floor) if floor else None
 
 

@@ -11,7 +11,8 @@
   steady_state    one incremental run over one hour of new loads, on 7, 30 and 90 days of history
   floor           the same hour's source rows read and appended once to a Delta table with plain Spark
   big_window      one run over a window of many new events, against the floor for the same rows,
-                  with its largest Spark jobs
+                  with its largest Spark jobs; and the dedupe floor: the same rows deduplicated on
+                  event_id into event_date partitions with plain Spark (filtered_events' bare write)
   first_backfill  the whole pipeline over a stream, from an empty warehouse: events per second
   daily           one daily partition recomputed, and a 30-day single-run backfill
   merge_scope     per MERGE of the last steady-state run: files it may read / files in the table
@@ -127,11 +128,25 @@ class Bench:
     def floor(self, source: str, loaded_after: datetime, loaded_until: datetime) -> float:
         """The same new source rows, read and appended once to a Delta table with plain Spark."""
         started = time.perf_counter()
-        rows = self.spark.read.format("delta").load(source).where(
+        self._loaded(source, loaded_after, loaded_until).write.format("delta").mode("append").save(self._scratch("floor"))
+        return time.perf_counter() - started
+
+    def dedupe_floor(self, source: str, loaded_after: datetime, loaded_until: datetime) -> float:
+        """The same rows deduplicated on event_id into event_date partitions with plain Spark: the
+        least a run must do to store them as filtered_events, with no session or manifest."""
+        started = time.perf_counter()
+        rows = self._loaded(source, loaded_after, loaded_until).dropDuplicates(["event_id"])
+        rows = rows.withColumn("event_date", F.to_date("derived_tstamp"))
+        rows.write.format("delta").partitionBy("event_date").save(self._scratch("dedupe-floor"))
+        return time.perf_counter() - started
+
+    def _loaded(self, source: str, loaded_after: datetime, loaded_until: datetime):
+        return self.spark.read.format("delta").load(source).where(
             (F.col("load_tstamp") > F.lit(loaded_after)) & (F.col("load_tstamp") <= F.lit(loaded_until))
         )
-        rows.write.format("delta").mode("append").save(str(self.root / f"floor-{time.monotonic_ns()}"))
-        return time.perf_counter() - started
+
+    def _scratch(self, name: str) -> str:
+        return str(self.root / f"{name}-{time.monotonic_ns()}")
 
 
 class SparkJobs:
@@ -238,11 +253,14 @@ def big_window(bench: Bench, size: Size) -> dict:
     seconds, summary = bench.run(settings, source)
     spark_jobs = bench.jobs.since(mark)
     floor = bench.floor(source, before, before + timedelta(hours=48))
+    dedupe_floor = bench.dedupe_floor(source, before, before + timedelta(hours=48))
     return {
         "new_events": summary.value("events_this_run", "events_found"),
         "run_seconds": round(seconds, 2),
         "floor_seconds": round(floor, 2),
         "ratio_to_floor": round(seconds / floor, 2),
+        "dedupe_floor_seconds": round(dedupe_floor, 2),
+        "dedupe_floor_ratio_to_floor": round(dedupe_floor / floor, 2),
         "steps": rounded(summary.step_seconds),
         "largest_spark_jobs": top(spark_jobs),
     }

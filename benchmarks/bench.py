@@ -57,7 +57,7 @@ HERE = Path(__file__).parent
 # The merged tables and their partition column (None: not partitioned, a MERGE reads all of it).
 MERGED_TABLES = {
     "sessions_lifecycle_manifest": "start_date", "quarantined_sessions": None, "filtered_events": "event_date",
-    "sessions": None,
+    "sessions": "start_date",
 }
 
 
@@ -226,7 +226,8 @@ def steady_state(bench: Bench, size: Size) -> dict:
 
 def merge_scope(summary: RunSummary) -> dict:
     """Per table a run merged into: the files its MERGE may read (those of partitions at or after
-    the floor the asset declared; OSS Delta records no skipping metrics) against all its files."""
+    the floor the asset declared, and the undated; OSS Delta records no skipping metrics) against
+    all its files."""
     scope = {}
     for table, column in MERGED_TABLES.items():
         if "write_mode_operation" not in summary.metadata.get(table, {}):
@@ -236,7 +237,7 @@ def merge_scope(summary: RunSummary) -> dict:
         files = len(actions["path"])
         in_scope = files
         if column and floor:
-            in_scope = sum(1 for value in actions[f"partition.{column}"] if str(value) >= floor)
+            in_scope = sum(1 for value in actions[f"partition.{column}"] if value is None or str(value) >= floor)
         scope[table] = {"merge_target_floor": floor, "files_in_merge_scope": in_scope, "files_in_table": files}
     return scope
 

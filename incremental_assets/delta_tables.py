@@ -152,7 +152,8 @@ def write(
 ) -> WriteResult:
     """Write `df` to the Delta table at `uri` in one transaction, as `mode` says.
 
-    `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value;
+    `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value (and
+    those without a value: a floor prunes by date, and an undated row may match any run);
     `user_metadata` annotates the commit; `txn` makes a repeated write (a re-run step) a no-op;
     `known_empty` (the caller counted no rows) lets a replace empty the table with deltalake, in
     milliseconds where a Spark overwrite with no rows costs a job and a second; `properties` are
@@ -175,6 +176,10 @@ def write(
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
+        if merge_floor is not None and stored is not None and merge_floor[0] not in stored.metadata().partition_columns:
+            # Created before its asset was partitioned by the floor's column: its rows may hold no
+            # value there, and a floor would match none of them. The MERGE reads the whole table.
+            merge_floor = None
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None:
             return _merge_small(df.toArrow(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
@@ -246,7 +251,7 @@ def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | 
     if floor is None or files.num_rows == 0:
         return files.num_rows == 0
     column, value = f"partition.{floor[0]}", floor[1]
-    return column in files.column_names and all(day is None or day < value for day in files.column(column).to_pylist())
+    return column in files.column_names and all(day is not None and day < value for day in files.column(column).to_pylist())
 
 
 def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
@@ -373,7 +378,7 @@ def _merge(
 
     condition = reduce(Column.__and__, [stored(key).eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
     if floor is not None:
-        condition = condition & (stored(floor[0]) >= F.lit(floor[1]))
+        condition = condition & (stored(floor[0]).isNull() | (stored(floor[0]) >= F.lit(floor[1])))
     merge = df.alias("s").mergeInto(target, condition)  # target: path_identifier, a quoted name
     if update:
         merge = merge.whenMatched().updateAll()
@@ -413,7 +418,8 @@ def _merge_small(
         return WriteResult(stored.version(), "MERGE (no change)")
     condition = " AND ".join(f't."{key}" = s."{key}"' for key in keys)
     if floor is not None:
-        condition += f""" AND t."{floor[0]}" >= '{floor[1].isoformat()}'"""  # a date of ours, never user input
+        # a date of ours, never user input
+        condition += f""" AND (t."{floor[0]}" IS NULL OR t."{floor[0]}" >= '{floor[1].isoformat()}')"""
     merge = stored.merge(
         rows, condition, source_alias="s", target_alias="t", merge_schema=True, commit_properties=_commit_properties(txn)
     )

@@ -260,6 +260,39 @@ def test_a_merge_with_nothing_stored_in_its_scope_appends_and_the_change_feed_se
     assert [r.id for r in delta_tables.inserted_rows(spark, uri, appended.version).collect()] == [4]
 
 
+@pytest.mark.parametrize("bound", [None, 10], ids=["spark", "deltalake"])
+def test_a_merge_floor_on_a_column_the_stored_table_is_not_partitioned_by_reads_the_whole_table(spark, warehouse, bound):
+    """A table created before its asset declared a partition column (sessions, unpartitioned until
+    it was partitioned by start_date): its stored rows have no value there, so a floor on it would
+    match none of them and insert every key again. The MERGE reads the whole table instead."""
+    uri = f"{warehouse}/created_unpartitioned"
+    stored = spark.createDataFrame([(1, "old"), (2, "old")], "id int, value string")
+    delta_tables.write(spark, stored, uri, WriteMode.UPSERT, ["id"])
+    later = spark.createDataFrame([(2, "new", date(2024, 1, 2)), (3, "new", date(2024, 1, 3))], "id int, value string, d date")
+    write = delta_tables.write(
+        spark, later, uri, WriteMode.UPSERT, ["id"], ["d"], merge_floor=("d", date(2024, 1, 2)), rows_at_most=bound
+    )
+    assert (write.rows_inserted, write.rows_updated) == (1, 1)
+    assert _rows(spark, uri, "id", "value", "d") == [(1, "old", None), (2, "new", date(2024, 1, 2)), (3, "new", date(2024, 1, 3))]
+
+
+@pytest.mark.parametrize("bound", [None, 10], ids=["spark", "deltalake"])
+def test_a_row_without_a_partition_value_stays_in_every_pruned_merge(spark, warehouse, bound):
+    """A session whose events have no time has no start day: its row sits in the null partition,
+    which no floor excludes, so the next upsert updates it instead of storing it twice (also when
+    it is the only stored row, where a MERGE with nothing in scope would append)."""
+    schema = "id int, value string, d date"
+    for stored_rows in ([(1, "old", None)], [(1, "old", None), (2, "old", date(2024, 1, 1))]):
+        uri = f"{warehouse}/undated-{len(stored_rows)}"
+        delta_tables.write(spark, spark.createDataFrame(stored_rows, schema), uri, WriteMode.UPSERT, ["id"], ["d"])
+        later = spark.createDataFrame([(1, "new", None), (3, "new", date(2024, 1, 3))], schema)
+        write = delta_tables.write(
+            spark, later, uri, WriteMode.UPSERT, ["id"], ["d"], merge_floor=("d", date(2024, 1, 2)), rows_at_most=bound
+        )
+        assert (write.operation, write.rows_inserted, write.rows_updated) == ("MERGE", 1, 1)
+        assert _rows(spark, uri, "id", "value") == [(1, "new"), *[(2, "old")][: len(stored_rows) - 1], (3, "new")]
+
+
 def test_statistics_are_kept_only_for_the_declared_columns(spark, spark_resource, warehouse):
     """Delta's per-file statistics cost a third of a write: a table keeps the ones its readers use."""
 

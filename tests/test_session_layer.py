@@ -13,10 +13,11 @@ derived timestamps are one minute before its load, its device was created one se
     6    standard    01-05 07:00 .. 01-06 13:00            b5 (S2 quarantined)       lu 01-06 13:00
 """
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 import pytest
 from dagster import DagsterInstance
+from deltalake import DeltaTable
 
 from incremental_assets import delta_tables
 from incremental_assets.delta_tables import inserted_rows
@@ -154,6 +155,13 @@ def test_six_runs_over_hand_written_events(pipeline, spark, warehouse):
         ("S5", "U5", t("01-02 05:00"), t("01-03 10:00")),
     ]
     assert third["events_this_run"]["events_found"] == 10  # S1 a0-a4, S2 b1-b3, S5 c1 c2 (not c0)
+    # sessions, by start day (S1 starts with a0, derived 2020-12-31): the upsert reads from the
+    # batch's first day (a0's) minus upsert_lookback_days (30) on.
+    assert third["sessions"]["merge_target_floor"] == "2020-12-01"
+    assert DeltaTable(f"{warehouse}/sessions").metadata().partition_columns == ["start_date"]
+    assert table("sessions", "session_identifier", "start_date", "events") == [
+        ("S1", date(2020, 12, 31), 5), ("S2", date(2021, 1, 1), 3), ("S5", date(2021, 1, 2), 2),
+    ]
 
     fourth = run()  # nothing after 01-03 12:00 until b4: the gap costs this one run
     assert (fourth["new_event_limits"]["lower_limit"], fourth["new_event_limits"]["upper_limit"]) == (

@@ -421,8 +421,8 @@ def test_a_sessions_row_counts_its_events_and_picks_its_first_app_and_pages_by_t
     ])
     rows = sorted(tuple(r) for r in T.session_rows(events).collect())
     assert rows == [
-        ("S1", "U1", "web", t("02 10:00"), t("02 10:10"), 4, 3, "/a", "/c", 600),
-        ("S2", "U2", "ios", t("02 09:00"), t("02 09:00"), 2, 0, None, None, 0),
+        ("S1", "U1", "web", t("02 10:00"), t("02 10:10"), 4, 3, "/a", "/c", 600, t("02 10:00").date()),
+        ("S2", "U2", "ios", t("02 09:00"), t("02 09:00"), 2, 0, None, None, 0, t("02 09:00").date()),
     ]
 
 

@@ -235,7 +235,15 @@ def _first_day_touched(context: AssetExecutionContext) -> date | None:
     return date.fromisoformat(floor) if floor else None
 
 
-@incremental_asset(write_mode="upsert", keys=["session_identifier"], one_row_per_key=True)  # grouped by session
-def sessions(events: DataFrame, limits: RunLimits) -> DataFrame:
-    """One row per session, recomputed whole from all its events whenever a run touches it."""
-    return T.session_rows(events)
+@incremental_asset(
+    write_mode="upsert", keys=["session_identifier"], partition_by=["start_date"], one_row_per_key=True  # grouped by session
+)
+def sessions(events: DataFrame, limits: RunLimits, settings: IncrementalSettings) -> Output:
+    """One row per session, recomputed whole from all its events whenever a run touches it.
+    Partitioned by start day: the upsert reads the sessions that started from the batch's first
+    day minus upsert_lookback_days on (a session's start only moves earlier), not all history."""
+    first = events.agg(F.min("derived_tstamp")).first()[0]
+    if first is None:  # no event has a time: no floor, the upsert reads every session
+        return Output(T.session_rows(events))
+    floor = first.date() - timedelta(days=settings.upsert_lookback_days)
+    return Output(T.session_rows(events), metadata={MERGE_TARGET_FLOOR: floor.isoformat()})

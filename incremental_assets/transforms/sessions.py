@@ -323,7 +323,7 @@ def _first_copies(events: DataFrame, ts: str) -> DataFrame:
 
 def session_rows(events: DataFrame) -> DataFrame:
     """One row per session of `events` (all of each session's events): user, app, start, end,
-    events, page views, first and last page, duration.
+    events, page views, first and last page, duration, and the start's day (`start_date`).
 
     Counted by (session, user, app) first, a hash aggregation, and the first and last page picked
     from the page views alone: one aggregation picking strings by time over every event sorted
@@ -352,5 +352,8 @@ def session_rows(events: DataFrame) -> DataFrame:
             F.sum("page_views").alias("page_views"),
         )
         .join(pages, SESSION, "left")
-        .withColumn("duration_seconds", F.col("end_tstamp").cast("long") - F.col("start_tstamp").cast("long"))
+        .withColumns({
+            "duration_seconds": F.col("end_tstamp").cast("long") - F.col("start_tstamp").cast("long"),
+            "start_date": F.to_date("start_tstamp"),
+        })
     )

@@ -47,6 +47,7 @@ def loads() -> list[list[dict]]:
         event("late-sent", "clean", at, loaded, dvce_sent_tstamp=at + timedelta(days=5)),
         event("other-app", "clean", at, loaded, app_id="not-allowed"),
         event("bot-0", "bot", at, loaded),
+        event("undated", "clean", at, loaded, derived_tstamp=None),  # no derived_tstamp: no event_date
         # the device's clock runs 30 days ahead of the collector's: its day is far in the future
         event("future", "clean", at, loaded, derived_tstamp=utcnow() + timedelta(days=30)),
     ]
@@ -118,6 +119,7 @@ def test_rows_that_cannot_be_processed_are_counted_by_reason_in_metadata_and_the
         ("sessions_lifecycle_manifest", "dropped_late_sent"): 1,
         ("sessions_lifecycle_manifest", "dropped_app_filtered"): 1,
         ("events_this_run", "duplicates_dropped"): 1,
+        ("filtered_events", "dropped_null_derived_tstamp"): 1,
     }
     assert {key: _summed(reports[:1], *key) for key in counted} == counted
     assert _summed(reports[:1], "sessions_lifecycle_manifest", "null_cursor_rows") >= 1
@@ -125,7 +127,7 @@ def test_rows_that_cannot_be_processed_are_counted_by_reason_in_metadata_and_the
     for row in tables["run_log"].where("skipped IS NOT NULL").select("skipped").collect():
         for reason, n in json.loads(row.skipped).items():
             logged[reason] = logged.get(reason, 0) + n
-    assert {"null_event_id", "late_sent", "app_filtered", "duplicate", "null_cursor", "quarantined"} <= set(logged)
+    assert {"null_event_id", "late_sent", "app_filtered", "duplicate", "null_cursor", "quarantined", "null_derived_tstamp"} <= set(logged)
 
 
 def test_an_event_id_seen_twice_keeps_its_first_copy_within_a_load_and_across_loads(scenario):

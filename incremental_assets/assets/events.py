@@ -34,11 +34,13 @@ from incremental_assets.transforms import checks as C
 )
 def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalSettings) -> Output:
     selected = F.col("event_name").isin(settings.event_names) if settings.event_names else F.lit(True)
+    undated = F.col("derived_tstamp").isNull()  # no event_date to store it under
     before_start = F.to_date("derived_tstamp") < F.lit(settings.start)
-    kept = selected & ~before_start
+    kept = selected & ~undated & ~before_start
     counts = events.agg(
         F.count(F.lit(1)).alias("events"),
         F.count_if(~selected).alias("filtered_out_by_event_name"),
+        F.count_if(selected & undated).alias("dropped_null_derived_tstamp"),
         F.count_if(selected & before_start).alias("before_start_date_dropped"),
         F.count_if(kept).alias("offered"),
         F.min(F.when(kept, F.to_date("derived_tstamp"))).alias("first_day"),
@@ -46,6 +48,7 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     metadata = {
         "events_this_run": counts["events"],
         "filtered_out_by_event_name": counts["filtered_out_by_event_name"],
+        "dropped_null_derived_tstamp": counts["dropped_null_derived_tstamp"],
         "before_start_date_dropped": counts["before_start_date_dropped"],
         # offered - rows_inserted = events of re-processed sessions, and duplicates loaded again
         "events_offered": counts["offered"],

@@ -24,6 +24,7 @@ SKIP_REASONS = {
     "dropped_null_event_id": "null_event_id",
     "dropped_null_session_id": "null_session_id",
     "dropped_null_dvce_tstamps": "null_dvce_tstamps",
+    "dropped_null_derived_tstamp": "null_derived_tstamp",
     "dropped_app_filtered": "app_filtered",
     "null_cursor_rows": "null_cursor",
     "filtered_out_by_event_name": "event_name_filtered",

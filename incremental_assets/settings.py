@@ -75,7 +75,7 @@ class IncrementalSettings(ConfigurableResource):
     max_session_days: int = Field(default=3, description="Sessions longer than this are capped and quarantined (>= 1)")
     days_late_allowed: int = Field(default=3, description="Events sent later than this after creation are dropped (>= 0)")
     session_lookback_days: int = Field(default=730, description="How far back stored sessions are matched (>= 1)")
-    upsert_lookback_days: int = Field(default=30, description="The filtered_events and sessions MERGEs look back this far before the batch's first day (>= 0)")
+    upsert_lookback_days: int = Field(default=30, description="The filtered_events and sessions MERGEs look back this far (>= 0)")
     app_ids: list[str] = Field(default_factory=list, description="Only these app_ids (empty: all)")
     allow_null_app_id: bool = Field(default=False, description="Keep events without app_id when app_ids is set")
     event_names: list[str] = Field(default_factory=list, description="Events kept in filtered_events (empty: all)")

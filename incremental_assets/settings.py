@@ -9,7 +9,7 @@ and, per run, the Dagster launchpad (it is a resource: `resources: settings: con
 from __future__ import annotations
 
 import os
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -121,6 +121,11 @@ class IncrementalSettings(ConfigurableResource):
     @property
     def start(self) -> date:
         return date.fromisoformat(self.start_date)
+
+    def upsert_floor(self, first_day: date) -> date:
+        """The first day a MERGE of rows dated from `first_day` on reads in its target (SPEC §6): a
+        stored copy of one of them lies within upsert_lookback_days before it."""
+        return first_day - timedelta(days=self.upsert_lookback_days)
 
     def attribute_specs(self) -> list[AttributeSpec]:
         return parse_attributes(a.as_definition() for a in self.attributes)

@@ -1,6 +1,5 @@
 """filtered_events (SPEC §6): the persistent, deduplicated, session-complete event table."""
 
-from datetime import timedelta
 from typing import Iterator
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSpec, Output, multi_asset_check
@@ -55,8 +54,7 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     }
     if not counts["offered"]:
         return Output(None, metadata=metadata)
-    # A stored copy of an event lies within upsert_lookback_days of the new one: prune the MERGE there.
-    floor = counts["first_day"] - timedelta(days=settings.upsert_lookback_days)
+    floor = settings.upsert_floor(counts["first_day"])
     rows = events.where(kept).withColumn("event_date", F.to_date("derived_tstamp"))
     return Output(rows, metadata={**metadata, MERGE_TARGET_FLOOR: floor.isoformat(), ROWS_AT_MOST: counts["offered"]})
 

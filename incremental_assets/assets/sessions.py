@@ -242,8 +242,8 @@ def sessions(events: DataFrame, limits: RunLimits, settings: IncrementalSettings
     """One row per session, recomputed whole from all its events whenever a run touches it.
     Partitioned by start day: the upsert reads the sessions that started from the batch's first
     day minus upsert_lookback_days on (a session's start only moves earlier), not all history."""
+    rows = T.session_rows(events)
     first = events.agg(F.min("derived_tstamp")).first()[0]
     if first is None:  # no event has a time: no floor, the upsert reads every session
-        return Output(T.session_rows(events))
-    floor = first.date() - timedelta(days=settings.upsert_lookback_days)
-    return Output(T.session_rows(events), metadata={MERGE_TARGET_FLOOR: floor.isoformat()})
+        return Output(rows)
+    return Output(rows, metadata={MERGE_TARGET_FLOOR: settings.upsert_floor(first.date()).isoformat()})

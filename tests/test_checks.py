@@ -5,6 +5,7 @@ from datetime import date, datetime, timedelta
 
 import pytest
 from dagster import AssetCheckSeverity, AssetMaterialization, DagsterInstance, asset, build_op_context, materialize
+from pyspark.sql import functions as F
 
 from incremental_assets import delta_tables
 from incremental_assets.assets.events import filtered_events_checks
@@ -44,6 +45,17 @@ def _t(text: str) -> datetime:
 def test_duplicated_names_each_key_held_twice(spark):
     rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
     assert sorted(tuple(r) for r in C.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
+
+
+@pytest.mark.parametrize("every_hash_shared", [False, True])
+def test_duplicated_event_ids_count_by_id_what_their_hashes_flag(spark, monkeypatch, every_hash_shared):
+    """Hashes only narrow the search: as if every id shared one hash (a collision), still the ids
+    held twice, and none of a table without them."""
+    if every_hash_shared:
+        monkeypatch.setattr(F, "xxhash64", lambda *columns: F.lit(7).cast("long"))
+    rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
+    assert sorted(tuple(r) for r in C.duplicated_event_ids(rows).collect()) == [("b", 2), ("c", 3)]
+    assert C.duplicated_event_ids(rows.distinct()).collect() == []
 
 
 def test_lifecycle_violations_find_each_broken_rule(spark):

@@ -90,7 +90,7 @@ def filtered_events_checks(
     # Every id of those days, not only the inserted ones: one aggregation, no join with the inserts.
     ids = delta_tables.read_table(session, uri).where(F.col("event_date").isin(days)).select("event_id")
     scope = f"every id in the {len(days)} day(s) version {version} inserted into"
-    yield from_offending_rows(C.duplicated(ids, ["event_id"]), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
+    yield from_offending_rows(C.duplicated_event_ids(ids), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
 
     ts = settings.session_timestamp
     inserted = delta_tables.inserted_rows(session, uri, version).select("event_id", "session_identifier", ts)

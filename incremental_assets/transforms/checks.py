@@ -6,12 +6,22 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.transforms.sessions import SESSION, days
+from incremental_assets.transforms.sessions import ID_HASH, SESSION, days, duplicated_ids, id_hash
 
 
 def duplicated(rows: DataFrame, keys: list[str]) -> DataFrame:
     """One row per key that more than one row holds, with how many (`count`)."""
     return rows.groupBy(*keys).count().where(F.col("count") > 1)
+
+
+def duplicated_event_ids(rows: DataFrame) -> DataFrame:
+    """`duplicated(rows, ["event_id"])` for millions of rows: counted on the ids' 64-bit hashes
+    first (`duplicated_ids`, as the batch's dedupe), then by id among the rows of a shared hash
+    alone. When all is well no hash is shared, and Spark skips that second scan (5M ids: 2.5-3.3 s
+    against 4.6-4.9 s counted by id)."""
+    shared = duplicated_ids(rows).select(ID_HASH)
+    suspects = rows.withColumn(ID_HASH, id_hash()).join(F.broadcast(shared), ID_HASH, "left_semi").drop(ID_HASH)
+    return duplicated(suspects, ["event_id"])
 
 
 def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFrame:

@@ -270,7 +270,7 @@ def candidate_events(source: DataFrame, settings: IncrementalSettings, span) -> 
 ID_HASH = "_id_hash"
 
 
-def _id_hash() -> Column:
+def id_hash() -> Column:
     return F.xxhash64("event_id").alias(ID_HASH)
 
 
@@ -281,7 +281,7 @@ def duplicated_ids(candidates: DataFrame) -> DataFrame:
     the batch holds twice: a copy outside its session's cap is dropped later, and an id that shares
     its hash with another is ranked by itself all the same (the ranking is by event_id)."""
     return (
-        candidates.groupBy(_id_hash()).count().where(F.col("count") > 1).select(ID_HASH, F.lit(True).alias("_dup"))
+        candidates.groupBy(id_hash()).count().where(F.col("count") > 1).select(ID_HASH, F.lit(True).alias("_dup"))
     )
 
 
@@ -304,7 +304,7 @@ def session_events(
     )
     if duplicated is None:
         return _first_copies(in_session, ts)
-    marked = in_session.withColumn(ID_HASH, _id_hash()).join(duplicated, ID_HASH, "left").drop(ID_HASH)
+    marked = in_session.withColumn(ID_HASH, id_hash()).join(duplicated, ID_HASH, "left").drop(ID_HASH)
     single = marked.where(F.col("_dup").isNull()).drop("_dup").withColumn(COPIES, F.lit(1).cast("long"))
     return single.unionByName(_first_copies(marked.where(F.col("_dup")).drop("_dup"), ts))
 

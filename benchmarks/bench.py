@@ -254,20 +254,13 @@ def big_window(bench: Bench, size: Size) -> dict:
     """One run over two days of loads holding `big_window_events` events, against its floors: the
     medians of `reps` repetitions, each in a fresh warehouse, with the profile of the median run."""
     reps = repeated(bench, "big-window", lambda name: _big_window_once(bench, size, name))
-    run, daily, floor, dedupe_floor = (
-        median([rep[key] for rep in reps])
-        for key in ("run_seconds", "of_which_daily_runs_seconds", "floor_seconds", "dedupe_floor_seconds")
-    )
+    result = summarised(reps, "run_seconds", ("of_which_daily_runs_seconds", "floor_seconds", "dedupe_floor_seconds"))
+    run, daily, floor = result["run_seconds"], result["of_which_daily_runs_seconds"], result["floor_seconds"]
     return {
-        **middle(reps, "run_seconds"),
-        "run_seconds": run,
-        "runs_seconds": [rep["run_seconds"] for rep in reps],
-        "of_which_daily_runs_seconds": daily,
-        "floor_seconds": floor,
+        **result,
         "ratio_to_floor": round(run / floor, 2),
         "incremental_run_ratio_to_floor": round((run - daily) / floor, 2),
-        "dedupe_floor_seconds": dedupe_floor,
-        "dedupe_floor_ratio_to_floor": round(dedupe_floor / floor, 2),
+        "dedupe_floor_ratio_to_floor": round(result["dedupe_floor_seconds"] / floor, 2),
     }
 
 
@@ -296,17 +289,8 @@ def first_backfill(bench: Bench, size: Size) -> dict:
     """The whole pipeline (incremental run and its daily runs) over a stream, from an empty
     warehouse: the medians of `reps` repetitions, with the profile of the median one."""
     reps = repeated(bench, "backfill", lambda name: _first_backfill_once(bench, size, name))
-    seconds = median([rep["seconds"] for rep in reps])
-    return {
-        **middle(reps, "seconds"),
-        "seconds": seconds,
-        "runs_seconds": [rep["seconds"] for rep in reps],
-        "events_per_second": round(reps[0]["source_events"] / seconds),
-        **{key: median([rep[key] for rep in reps]) for key in DAILY_FIGURES},
-    }
-
-
-DAILY_FIGURES = ("daily_one_partition_seconds", "daily_thirty_day_backfill_seconds")
+    result = summarised(reps, "seconds", ("daily_one_partition_seconds", "daily_thirty_day_backfill_seconds"))
+    return {**result, "events_per_second": round(result["source_events"] / result["seconds"])}
 
 
 def _first_backfill_once(bench: Bench, size: Size, name: str) -> dict:
@@ -345,9 +329,12 @@ def repeated(bench: Bench, name: str, once) -> list[dict]:
     return results
 
 
-def middle(reps: list[dict], key: str) -> dict:
-    """The repetition of median `key` (the lower middle of an even count): whose profile to show."""
-    return sorted(reps, key=lambda rep: rep[key])[(len(reps) - 1) // 2]
+def summarised(reps: list[dict], key: str, figures: tuple[str, ...]) -> dict:
+    """The repetition of median `key` (the lower middle of an even count), whose profile is shown,
+    with the medians of `key` and `figures`, and each repetition's `key` (`runs_seconds`)."""
+    shown = sorted(reps, key=lambda rep: rep[key])[(len(reps) - 1) // 2]
+    medians = {figure: median([rep[figure] for rep in reps]) for figure in (key, *figures)}
+    return {**shown, **medians, "runs_seconds": [rep[key] for rep in reps]}
 
 
 def memory(bench: Bench) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import deltalake
@@ -12,7 +13,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.delta_log import Snapshot, added_since, read_column
 from incremental_assets.delta_tables import data_files
+from incremental_assets.logic.arrivals import NOTHING_ARRIVED, Arrival, ArrivalBounds, Arrivals, all_of, count_arrow, total
 
 if TYPE_CHECKING:
     from incremental_assets.settings import IncrementalSettings
@@ -157,3 +160,25 @@ def _is(arrow: pa.DataType, kind: T.DataType) -> bool:
     if isinstance(kind, T.StringType):
         return pa.types.is_string(arrow) or pa.types.is_large_string(arrow) or pa.types.is_string_view(arrow)
     return pa.types.is_timestamp(arrow)
+
+
+def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, cursor: str) -> tuple[Snapshot, Arrivals]:
+    """The source's snapshot now, and the rows added to it after `since` (all of them: None), by
+    arrival class. A file whose statistics put every row in one class is not read (Delta keeps
+    timestamp statistics to the millisecond, so a maximum may hide up to a millisecond more);
+    the cursor of the others, and of every file with rows behind it, is read with Arrow, no JVM."""
+    now, files = added_since(uri, since)
+    judged, unread = [], []
+    for added in files:
+        low, high, nulls = added.minimum.get(cursor), added.maximum.get(cursor), added.nulls.get(cursor)
+        arrival = None
+        if added.rows is not None and nulls == added.rows:
+            arrival = Arrival.NULL_CURSOR
+        elif added.rows is not None and nulls == 0 and low is not None and high is not None:
+            arrival = bounds.reason_of_range(low, high + timedelta(microseconds=999))
+        if arrival is None or arrival is Arrival.BEHIND:  # behind: its exact range is wanted
+            unread.append(added)
+        else:
+            judged.append(all_of(added.rows, arrival))
+    read = count_arrow(read_column(uri, unread, cursor), bounds) if unread else NOTHING_ARRIVED
+    return now, total(judged) + read

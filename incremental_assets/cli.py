@@ -14,7 +14,10 @@ from incremental_assets import environment
 
 
 def entry() -> None:
-    """The console script."""
+    """The console script. Spark's own log goes to a file beside the run's event stream."""
+    from incremental_assets.resources.spark import JVM_LOG_ENV
+
+    os.environ.setdefault(JVM_LOG_ENV, str(environment.dagster_home() / "logs" / "spark.log"))
     leave(main())
 
 
@@ -35,14 +38,38 @@ def leave(code: int) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from incremental_assets.settings import SettingsError
-
     args = _parser().parse_args(argv)
     try:
         return args.command(args) or 0
-    except (ValueError, FileNotFoundError, SettingsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except Exception as error:  # noqa: BLE001 - every failure ends in one line; its traceback goes to the log
+        return _failed(error)
+
+
+def _failed(error: BaseException) -> int:
+    """One `error:` line naming the cause (and, in the messages this project raises, the way out); the
+    whole traceback in the log file the line names. Exit 2."""
+    import traceback
+
+    from incremental_assets.runner import run_log_file
+
+    log = run_log_file()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} error in {' '.join(sys.argv)}\n")
+        handle.write("".join(traceback.format_exception(error)))
+    print(f"error: {cause(error)} (traceback: {log})", file=sys.stderr)
+    return 2
+
+
+def cause(error: BaseException) -> str:
+    """What went wrong, in one line: the message of the error a user can act on. Spark's errors
+    carry their class and message on the first line, Java frames after; a Python error without a
+    message is named by its type."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    if "JVM stacktrace" in first or first.startswith("An error occurred while calling"):
+        first = next((line for line in text.splitlines() if "Exception:" in line or "[" in line), first)
+    return first if len(first) <= 2000 else first[:2000] + "..."
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,9 +94,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     generate.set_defaults(command=_generate)
 
-    load = commands.add_parser("load", help="load a CSV / Parquet / JSON export of atomic events")
+    load = commands.add_parser(
+        "load", help="load a CSV / Parquet / JSON-lines export, or a Delta or Parquet table, of atomic events"
+    )
+    _settings_arguments(load)
     load.add_argument("file")
     load.add_argument("--mode", choices=["append", "replace"], default="append")
+    load.add_argument("--dry-run", action="store_true", help="check and count the export, write nothing")
+    load.add_argument("--epoch-unit", choices=["s", "ms", "us", "ns"], help="unit of epoch numbers (default: from their magnitude)")
+    load.add_argument("--earliest", type=date.fromisoformat, help="first plausible day of any time (default 1990-01-01)")
+    load.add_argument("--latest", type=date.fromisoformat, help="day after the last plausible one (default today + days_late_allowed + a year)")
+    load.add_argument(
+        "--no-process", action="store_true",
+        help="leave rows behind the incremental cursor unprocessed: print the command that processes them",
+    )
     load.set_defaults(command=_load)
 
     run = commands.add_parser("run", help="one incremental run (recorded in the Dagster instance)")
@@ -115,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _settings_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE.yaml", help="variables (SPEC §3) for this command")
+    parser.add_argument("--config", metavar="FILE.yaml", help="settings for this command (see docs/settings.md)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override one variable")
 
 
@@ -148,20 +186,24 @@ def _outcome(summaries) -> int:
     print(f"Dagster's event stream: {run_log_file()}")
     failed = [s for s in summaries if not s.success]
     if failed:
-        print(f"error: run {failed[0].run_id} failed: {failed[0].error or 'see the Dagster UI (make ui)'}", file=sys.stderr)
-        return 1
+        print(f"error: run {failed[0].run_id} failed: {failed[0].error} (the run's events: {run_log_file()})", file=sys.stderr)
+        return 2
     return 0
 
 
 def _backfill(args) -> int:
+    from incremental_assets.logic.days import backfill_range
     from incremental_assets.runner import run_days, run_log_file
+    from incremental_assets.utc import utcnow
 
-    if args.end < args.start:
-        raise ValueError(f"--end ({args.end}) is before --start ({args.start})")
-    summary = run_days(_settings(args), args.start, args.end)
-    print(f"daily_aggregates {args.start} .. {args.end}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
+    settings = _settings(args)
+    first, last, note = backfill_range(args.start, args.end, settings.start, utcnow().date())
+    if note:
+        print(note)
+    summary = run_days(settings, first, last)
+    print(f"daily_aggregates {first} .. {last}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
     print(f"Dagster's event stream: {run_log_file()}")
-    return 0 if summary.success else 1
+    return _outcome([summary]) if not summary.success else 0
 
 
 def _preview(args) -> None:
@@ -216,12 +258,19 @@ def _generate(args) -> None:
     print(f"Wrote {rows} sample events ({params.days} days from {params.start_date}) to {uri}")
 
 
-def _load(args) -> None:
-    from incremental_assets.loader import load_file
+def _load(args) -> int:
+    from incremental_assets.loader import LoadOptions
+    from incremental_assets.logic.timestamps import EpochUnit, Plausible
+    from incremental_assets.runner import load_export
 
-    uri = environment.source_table_uri()
-    rows = load_file(_spark(), args.file, uri, mode=args.mode)
-    print(f"Loaded {rows} rows from {args.file} into {uri} ({args.mode})")
+    settings = _settings(args)
+    window = Plausible.around(date.today(), settings.days_late_allowed, args.earliest, args.latest)
+    options = LoadOptions(args.mode, EpochUnit(args.epoch_unit) if args.epoch_unit else None, window)
+    print(f"Source table: {environment.source_table_uri()} ({args.mode}{', dry run' if args.dry_run else ''})")
+    outcome = load_export(settings, args.file, options, dry_run=args.dry_run, process=not args.no_process)
+    if not outcome.success:
+        return _outcome([run for run in (outcome.keyhole, *outcome.daily_runs) if run is not None])
+    return 0
 
 
 def _refresh(args) -> int:
@@ -241,7 +290,7 @@ def _resolve(args) -> int:
     resolved = ManifestResource().resolve(args.run_id)
     if not resolved:
         print(f"error: run {args.run_id} has no Failed record left to resolve (see: incremental-assets show run_log)", file=sys.stderr)
-        return 1
+        return 2
     print(f"Run {args.run_id}: {resolved} Failed record(s) marked Resolved")
     return 0
 

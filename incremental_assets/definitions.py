@@ -13,7 +13,7 @@ from incremental_assets.assets.daily import (
     one_row_per_attribute_key,
 )
 from incremental_assets.assets.events import filtered_events, filtered_events_checks
-from incremental_assets.assets.limits import new_event_limits
+from incremental_assets.assets.limits import new_event_limits, source_rows_behind_the_cursor
 from incremental_assets.assets.sample import atomic_events
 from incremental_assets.assets.sessions import (
     session_batch,
@@ -54,6 +54,7 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
         schedules=[hourly_incremental_schedule, daily_table_maintenance],
         sensors=[source_events_sensor, daily_partitions_sensor, freshness_sensor(fresh)],
         asset_checks=[
+            source_rows_behind_the_cursor,
             sessions_unique_and_within_cap,
             filtered_events_checks,
             late_events_stranded_beyond_horizon,

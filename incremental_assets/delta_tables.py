@@ -210,7 +210,8 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     stored = stored_table(uri)
     if committed(stored, txn):
         return _already_committed(stored)
-    deltalake.write_deltalake(uri, rows, mode="append", commit_properties=_commit_properties(txn))
+    # "merge": a record gains the columns a newer release adds to it
+    deltalake.write_deltalake(uri, rows, mode="append", schema_mode="merge", commit_properties=_commit_properties(txn))
     return last_commit(uri)
 
 

@@ -59,7 +59,10 @@ def record_processed(context: HookContext) -> None:
     for event in context.instance.all_logs(context.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
         if event.step_key == context.step_key:
             materialization = event.asset_materialization
-            manifest.record(context.run_id, materialization.asset_key.path[-1], PROCESSED, materialization_metadata(materialization))
+            manifest.record(
+                context.run_id, materialization.asset_key.path[-1], PROCESSED, materialization_metadata(materialization),
+                partition=materialization.partition,
+            )
 
 
 @failure_hook(required_resource_keys={"manifest"})
@@ -72,6 +75,7 @@ def record_failed(context: HookContext) -> None:
 def as_markdown(rows: list[dict]) -> MetadataValue:
     """A run's records as a table for an asset's metadata in the UI."""
     return markdown_table(
-        ["recorded_at", "asset", "status", "rows", "skipped", "message"],
-        [[str(r["recorded_at"])[:19], r["asset"], r["status"], r["rows"], r["skipped"], r["message"]] for r in rows],
+        ["recorded_at", "asset", "partition", "status", "rows read", "rows", "skipped", "message"],
+        [[str(r["recorded_at"])[:19], r["asset"], r.get("partition"), r["status"], r.get("rows_read"), r["rows"],
+          r["skipped"], r["message"]] for r in rows],
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fcntl
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +16,55 @@ from deltalake.exceptions import TableNotFoundError
 
 from incremental_assets import environment
 from incremental_assets.assets.daily import day_range, days_window_tags, requested_day_ranges
-from incremental_assets.logic.days import TO_PROCESS, arrivals_from_rows, days_to_process
+from incremental_assets.atomic_events import require_processable
+from incremental_assets.loader import Load, LoadOptions, load
+from incremental_assets.logic.arrivals import Arrival, ArrivalBounds
+from incremental_assets.logic.days import (
+    BEYOND_HORIZON,
+    DEFERRED,
+    TO_PROCESS,
+    arrivals_from_rows,
+    contiguous_ranges,
+    days_to_process,
+)
+from incremental_assets.logic.run_log import ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.names import (
     DAILY_JOB,
     EVENTS_THIS_RUN,
     FILTERED_EVENTS,
     INCREMENTAL_JOB,
+    INCREMENTAL_TAG,
+    LIFECYCLE,
     NEW_EVENT_LIMITS,
     QUARANTINE,
 )
-from incremental_assets.logic.limits import RunLimits, load_days, run_limits
+from incremental_assets.logic.limits import RunLimits, load_days, next_standard_lower, run_limits
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.run_state import materialization_metadata
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import UTC_TIMESTAMP, aware, utcnow
 
 MAX_CATCH_UP_RUNS = 1000
+# The steps a window's events pass through, each accounting for what it read (SPEC §2).
+WINDOW_STEPS = (LIFECYCLE, EVENTS_THIS_RUN, FILTERED_EVENTS)
+
+
+@dataclass(frozen=True)
+class WindowAccount:
+    """Every event a run's window read: stored in filtered_events, or counted under a reason."""
+
+    read: int
+    stored: int
+    counted: dict[str, int]
+
+    @property
+    def balanced(self) -> bool:
+        return self.read == self.stored + sum(self.counted.values())
+
+    def describe(self) -> str:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.counted.items()))
+        return f"read {self.read} = stored {self.stored} + counted {sum(self.counted.values())}" + (
+            f" ({reasons})" if reasons else "")
 
 
 @dataclass
@@ -52,7 +85,22 @@ class RunSummary:
         """No source event lies past this run's window: every one loaded so far was inside one."""
         return bool(self.value(EVENTS_THIS_RUN, "caught_up"))
 
+    @property
+    def window(self) -> WindowAccount | None:
+        """The account of the window's events, from the steps that read them (None: a step skipped)."""
+        steps = [self.metadata.get(step, {}) for step in WINDOW_STEPS]
+        if any(ROWS_READ not in step for step in steps):
+            return None
+        counted: dict[str, int] = {}
+        for step in steps:
+            for reason, n in skip_reasons(step).items():
+                counted[reason] = counted.get(reason, 0) + n
+        return WindowAccount(steps[0][ROWS_READ], steps[-1][ROWS_KEPT], counted)
+
     def describe(self) -> str:
+        if not self.success and EVENTS_THIS_RUN not in self.metadata:  # it ended before its batch
+            error = self.error or "no step reported its error"
+            return error.split(". ")[0] if error.startswith("refused:") else f"failed: {error}"
         batch = self.metadata.get(EVENTS_THIS_RUN, {})
         new = self.value(FILTERED_EVENTS, "rows_inserted", 0)
         parts = [
@@ -65,6 +113,11 @@ class RunSummary:
             f"sessions quarantined {self.value(QUARANTINE, 'rows_inserted', 0)}",
             f"days recomputed {sum(len(r.days) for r in self.daily_runs)}",
         ]
+        if self.window is not None:
+            parts.append(f"| window: {self.window.describe()}")
+        unread = skip_reasons(self.metadata.get(NEW_EVENT_LIMITS, {}))
+        if unread:
+            parts.append(f"| arrived where no window reads: {unread}")
         return "  ".join(parts)
 
 
@@ -117,10 +170,13 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
 
 
 def _root_cause(error) -> str:
-    """The message of what went wrong, under Dagster's wrapping ("Error occurred while handling output...")."""
+    """The message of what went wrong, under Dagster's wrapping ("Error occurred while handling
+    output...") and without the error's class ("module.LeaseHeld: ")."""
     while error.cause is not None:
         error = error.cause
-    return error.message.strip()
+    message = error.message.strip()
+    prefix = f"{error.cls_name}: "
+    return message.split(prefix, 1)[1] if prefix in message.split("\n", 1)[0] else message
 
 
 def run_incremental(
@@ -183,16 +239,25 @@ class Preview:
         )
 
 
+def incremental_models(settings: IncrementalSettings) -> list[str]:
+    """The incremental assets a run of the incremental job holds (the manifest tracks these)."""
+    from incremental_assets.definitions import build_definitions
+
+    layer = build_definitions(settings).resolve_job_def(INCREMENTAL_JOB).asset_layer
+    return sorted(
+        key.path[-1] for key in layer.selected_asset_keys if layer.asset_graph.get(key).tags.get(INCREMENTAL_TAG) == "true"
+    )
+
+
 def preview(settings: IncrementalSettings, now: datetime | None = None) -> Preview:
     """The next run's state, limits, new events and days to recompute: read without Spark, no writes.
 
     New events are the window's events whose event_id filtered_events does not hold yet; the days
     follow from them by the day-selection rule (before session completion and filters, so an
     estimate that errs on the side of showing a day)."""
-    from incremental_assets.definitions import incremental
-
-    models = sorted(asset.key.path[-1] for asset in incremental)
+    models = incremental_models(settings)
     now = now or utcnow()
+    require_processable(environment.source_table_uri(), settings)
     manifest = ManifestResource()
     limits = run_limits(
         manifest.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
@@ -240,3 +305,67 @@ def _loaded(load_day: str, first_day: date, last_day: date | None) -> pc.Express
 
 def _utc(moment: datetime) -> pa.Scalar:
     return pa.scalar(aware(moment), type=UTC_TIMESTAMP)
+
+
+@dataclass
+class LoadOutcome:
+    """A load, and the keyhole run that processed its rows behind the cursor (if any)."""
+
+    load: Load
+    keyhole: RunSummary | None = None
+    daily_runs: list[RunSummary] = field(default_factory=list)
+    command: str | None = None  # what processes the rows behind the cursor, when the load did not
+
+    @property
+    def success(self) -> bool:
+        return (self.keyhole is None or self.keyhole.success) and all(run.success for run in self.daily_runs)
+
+
+def arrival_bounds(settings: IncrementalSettings, now: datetime | None = None) -> ArrivalBounds:
+    """How the next run will see rows loaded now: behind the cursor, before start_date, in the future."""
+    entries = ManifestResource().entries()
+    lower = next_standard_lower(entries, incremental_models(settings), settings.lookback_window_hours)
+    return ArrivalBounds(datetime.combine(settings.start, time.min), now or utcnow(), lower)
+
+
+def load_export(
+    settings: IncrementalSettings, path: str, options: LoadOptions, dry_run: bool = False, process: bool = True,
+    instance: DagsterInstance | None = None, report=print,
+) -> LoadOutcome:
+    """`incremental-assets load`: the export checked, counted and written to the source table (all or
+    nothing), then its rows behind the incremental cursor processed by a keyhole run over exactly
+    their range, and the days that run changed recomputed, late or not (the manifest stays where it
+    is). With `process` False, the command that processes them is given instead."""
+    from incremental_assets.loader import export_format
+    from incremental_assets.resources.spark import build_spark_session
+
+    export_format(path)  # a missing file or an unknown format costs no Spark start
+    result = load(build_spark_session(), path, environment.source_table_uri(), options, arrival_bounds(settings),
+                  settings.session_timestamp, dry_run=dry_run)
+    for line in result.describe():
+        report(line)
+    outcome = LoadOutcome(result)
+    if not result.arrivals[Arrival.BEHIND]:
+        return outcome
+    lower, upper = (moment.isoformat() for moment in (result.arrivals.behind_from, result.arrivals.behind_to))
+    outcome.command = f"incremental-assets run --lower {lower} --upper {upper}"
+    if dry_run or not process:
+        report(f"Process the rows behind the cursor with: {outcome.command}")
+        return outcome
+    report(f"Processing the rows behind the cursor: keyhole run over [{lower}, {upper}] (the manifest does not move)")
+    instance = instance_or_default(instance)
+    outcome.keyhole = run_incremental(settings, lower=lower, upper=upper, instance=instance)
+    report(f"  run: {outcome.keyhole.describe()}")
+    if outcome.keyhole.success:
+        outcome.daily_runs = apply_days_changed_by(settings, outcome.keyhole.run_id, instance)
+        for run in outcome.daily_runs:
+            report(f"  daily_aggregates {run.days[0]} .. {run.days[-1]}: {'ok' if run.success else 'FAILED'}")
+    return outcome
+
+
+def apply_days_changed_by(settings: IncrementalSettings, run_id: str, instance: DagsterInstance) -> list[RunSummary]:
+    """Recompute the days a run left waiting (late rows deferred or beyond the horizon): what an
+    operator's backfill would do, for rows they asked to process."""
+    waiting = [day for day, status in ManifestResource().days().items()
+               if status.last_run_id == run_id and status.status in (DEFERRED, BEYOND_HORIZON) and day <= utcnow().date()]
+    return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(waiting)]

@@ -3,6 +3,8 @@ reprocess_days 5 (horizon: 2024-02-29), min_rows_to_process 5, start_date 2024-0
 
 from datetime import date, datetime, timezone
 
+import pytest
+
 from incremental_assets.logic.days import (
     BEYOND_HORIZON,
     DEFERRED,
@@ -148,3 +150,19 @@ def test_requested_ranges_stop_at_today_and_today_has_a_partition():
     assert requested_day_ranges(days, today) == [(date(2024, 3, 2), date(2024, 3, 4))]
     partitions = build_daily_assets(date(2024, 3, 1)).partitions_def
     assert partitions.get_last_partition_key() == utcnow().date().isoformat()
+
+
+def test_a_backfill_range_is_checked_against_the_partitions_before_it_runs():
+    from incremental_assets.logic.days import backfill_range
+
+    first, today = date(2024, 3, 1), date(2024, 3, 10)
+    assert backfill_range(date(2024, 3, 2), date(2024, 3, 4), first, today) == (date(2024, 3, 2), date(2024, 3, 4), None)
+    start, end, note = backfill_range(date(2024, 3, 8), date(2024, 3, 12), first, today)
+    assert (start, end) == (date(2024, 3, 8), today)
+    assert note.startswith("note: 2024-03-11 .. 2024-03-12 have no daily partition yet")
+    with pytest.raises(ValueError, match=r"--start 2024-02-27 is before the first daily partition, 2024-03-01 \(start_date\): start the range at 2024-03-01"):
+        backfill_range(date(2024, 2, 27), date(2024, 3, 2), first, today)
+    with pytest.raises(ValueError, match="no day from 2024-03-11 on has a daily partition yet"):
+        backfill_range(date(2024, 3, 11), date(2024, 3, 12), first, today)
+    with pytest.raises(ValueError, match="is before --start"):
+        backfill_range(date(2024, 3, 5), date(2024, 3, 4), first, today)

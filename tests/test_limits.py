@@ -190,3 +190,12 @@ def test_the_load_days_a_window_can_hold():
     lower, upper = datetime(2021, 1, 2, 23), datetime(2021, 1, 4, 1)
     assert load_days("load_tstamp", lower, upper) == (date(2021, 1, 2), date(2021, 1, 4))
     assert load_days("collector_tstamp", lower, upper) == (date(2021, 1, 2), None)
+
+
+def test_the_next_standard_lower_is_the_first_position_minus_the_lookback():
+    from incremental_assets.logic.limits import next_standard_lower
+
+    entries = {"a": ManifestEntry("a", last_success=datetime(2021, 3, 5)), "b": ManifestEntry("b", last_success=datetime(2021, 3, 1))}
+    assert next_standard_lower(entries, ["a", "b"], 6) == datetime(2021, 2, 28, 18)
+    assert next_standard_lower(entries, ["a", "new"], 6) == datetime(2021, 3, 4, 18), "a new asset has no position"
+    assert next_standard_lower({}, ["a"], 6) is None

@@ -133,7 +133,7 @@ def test_values_that_are_not_of_their_type_are_named_and_nothing_is_written(spar
     rows[0][HEADER.index("domain_sessionidx")] = "first"
     with bad.open("w", newline="") as handle:
         csv.writer(handle).writerows([HEADER, *rows])
-    message = r"bad\.csv has values .*collector_tstamp holds 'yesterday at noon'; domain_sessionidx holds 'first'"
+    message = r"nothing was loaded from .*bad\.csv: collector_tstamp: 1 value\(s\) are neither a timestamp nor an epoch number \(e\.g\. 'yesterday at noon'\); values not of their column's type: domain_sessionidx holds 'first'"
     with pytest.raises(SourceSchemaError, match=message):
         load_file(spark, bad, source)
     assert not Path(source).exists()

@@ -3,6 +3,7 @@ writers at once on a real run."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import date, datetime, timedelta, timezone
@@ -51,10 +52,10 @@ def test_skip_reasons_come_from_the_steps_metadata_under_the_run_log_names():
 def test_the_lease_is_refused_while_its_holder_lives_then_recovered(warehouse):
     manifest = ManifestResource()
     manifest.acquire("first", ["x", "y"], None, alive=lambda record: True)
-    with pytest.raises(LeaseHeld, match="Run first is still writing"):
+    with pytest.raises(LeaseHeld, match="refused: lease held by first. Run first is still writing"):
         manifest.acquire("second", ["x"], None, alive=lambda record: True)
     statuses = [(r["run_id"], r["asset"], r["status"]) for r in manifest.run_log()]
-    assert statuses[-1] == ("second", "x", FAILED)  # the refused attempt is on the record
+    assert [run for run, _, _ in statuses] == ["first", "first"], "a refused run writes nothing"
 
     manifest.acquire("third", ["x"], None, alive=lambda record: False)  # "first" died: recovered
     log = manifest.run_log()
@@ -64,7 +65,7 @@ def test_the_lease_is_refused_while_its_holder_lives_then_recovered(warehouse):
 
     assert manifest.resolve("first") == 2 and manifest.resolve("first") == 0
     assert [r["status"] for r in manifest.run_log(run_id="first")][-2:] == [RESOLVED, RESOLVED]
-    assert main(["resolve", "nobody"]) == 1
+    assert main(["resolve", "nobody"]) == 2  # a failure the user can act on: one error line, exit 2
 
 
 def test_a_lease_is_alive_while_its_run_is_live_and_its_process_exists():
@@ -99,7 +100,9 @@ def test_a_second_writer_is_refused_with_the_holders_name_until_the_holder_is_go
         instance = DagsterInstance.ephemeral()
         refused = run_incremental(settings, now="2024-03-02T00:00:00", instance=instance)
         assert not refused.success and "Run other-run is still writing" in refused.error
+        assert refused.describe() == "refused: lease held by other-run"
         assert not os.path.exists(f"{warehouse}/filtered_events")
+        assert not [r for r in manifest.run_log() if r["run_id"] == refused.run_id], "a refused run writes nothing"
     finally:
         holder.kill()
         holder.wait()
@@ -157,5 +160,18 @@ def test_two_runs_started_at_the_same_moment_one_writes_the_other_is_refused(spa
     assert "is still writing this warehouse" in outcomes[1][1], outcomes[1][1]
     events = spark.read.format("delta").load(f"{warehouse}/filtered_events")
     assert events.count() == events.select("event_id").distinct().count() > 0
-    refused = {r["run_id"] for r in ManifestResource().run_log() if (r["message"] or "").startswith("refused: run")}
-    assert len(refused) == 1
+    refused_run = re.search(r"error: run (\S+) failed: refused: lease held by ", outcomes[1][1]).group(1)
+    assert refused_run not in {r["run_id"] for r in ManifestResource().run_log()}, "a refused run writes nothing"
+    assert "refused: lease held by " in outcomes[1][1]
+
+
+def test_a_run_succeeded_when_every_asset_it_started_was_processed():
+    from incremental_assets.logic.run_log import succeeded
+
+    records = [
+        rec("ok", "a", PROCESSING, 0), rec("ok", "a", PROCESSED, 1), rec("ok", "b", PROCESSING, 0), rec("ok", "b", PROCESSED, 2),
+        rec("open", "a", PROCESSING, 0),
+        rec("failed", "a", PROCESSING, 0), rec("failed", "a", FAILED, 1), rec("failed", "a", PROCESSED, 2),
+        rec("half", "a", PROCESSING, 0), rec("half", "a", PROCESSED, 1), rec("half", "b", PROCESSING, 0),
+    ]
+    assert succeeded(records) == {"ok"}

@@ -310,7 +310,7 @@ def test_a_session_whose_lifecycle_end_reached_its_cap_is_quarantined(spark):
         ("human", t("01 10:00"), t("04 09:59"), t("03 00:00")),
     ])
     rows = T.newly_quarantined(active, 3, t("03 00:05")).collect()
-    assert [tuple(r) for r in rows] == [("bot", t("03 00:05"))]
+    assert [tuple(r) for r in rows] == [("bot", t("03 00:05"), t("04 10:00"))]  # quarantined at, and its cap
 
 
 # session_events: S1 from 02 10:00 (cap 05 10:00), S2 from 04 00:00; the scan reads 02 10:00..06 00:00

@@ -34,7 +34,7 @@ from incremental_assets.logic.days import (
     days_to_process,
     mismatched_days,
 )
-from incremental_assets.logic.limits import RunLimits
+from incremental_assets.run_state import RunPlan
 from incremental_assets.previews import markdown_table
 from incremental_assets.names import DAILY_AGGREGATES, DAILY_GROUP, FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import DAILY_MANIFEST, ManifestResource
@@ -59,14 +59,14 @@ def manifest_table(days: list[DayStatus]) -> MetadataValue:
 
 @spark_delta_asset(
     name=DAILY_MANIFEST,
-    ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS)},
     deps=[FILTERED_EVENTS],
     group_name=DAILY_GROUP,
     description="One row per event day: events processed, late events pending or applied, and the status "
     "(processed, to_process, deferred, beyond_horizon) that decides which days are recomputed.",
 )
 def daily_aggregation_manifest(
-    context: AssetExecutionContext, limits: RunLimits, settings: IncrementalSettings, spark: SparkResource,
+    context: AssetExecutionContext, plan: RunPlan, settings: IncrementalSettings, spark: SparkResource,
     manifest: ManifestResource,
 ) -> MaterializeResult:
     session = spark.spark_session
@@ -81,7 +81,7 @@ def daily_aggregation_manifest(
     first_unread = 0 if consumed is None else consumed + 1
     arrivals = day_arrivals(delta_tables.inserted_rows(session, uri, first_unread, current))
     changed = days_to_process(
-        arrivals, manifest.days(), limits.upper, settings.start, settings.reprocess_days,
+        arrivals, manifest.days(), plan.limits.upper, settings.start, settings.reprocess_days,
         settings.min_rows_to_process, context.run.run_id,
     )
     manifest.save_days(list(changed.values()), consumed_version=current)

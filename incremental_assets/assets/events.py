@@ -12,6 +12,7 @@ from incremental_assets.environment import table_uri
 from incremental_assets.incremental import incremental_asset
 from incremental_assets.io_managers.delta import MERGE_TARGET_FLOOR, ROWS_AT_MOST
 from incremental_assets.logic.limits import RunLimits
+from incremental_assets.logic.run_log import ROWS_KEPT, ROWS_READ
 from incremental_assets.names import FILTERED_EVENTS, LIFECYCLE
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
@@ -36,16 +37,23 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     undated = F.col("derived_tstamp").isNull()  # no event_date to store it under
     before_start = F.to_date("derived_tstamp") < F.lit(settings.start)
     kept = selected & ~undated & ~before_start
+    # The window's events are accounted for (the run log's read = kept + skipped); the batch's
+    # other events (earlier ones of its sessions) were, by the run whose window held them.
+    inside = F.col(settings.session_timestamp).between(F.lit(limits.lower), F.lit(limits.upper))
     counts = events.agg(
         F.count(F.lit(1)).alias("events"),
-        F.count_if(~selected).alias("filtered_out_by_event_name"),
-        F.count_if(selected & undated).alias("dropped_null_derived_tstamp"),
-        F.count_if(selected & before_start).alias("before_start_date_dropped"),
+        F.count_if(inside).alias("read"),
+        F.count_if(inside & ~selected).alias("filtered_out_by_event_name"),
+        F.count_if(inside & selected & undated).alias("dropped_null_derived_tstamp"),
+        F.count_if(inside & selected & before_start).alias("before_start_date_dropped"),
+        F.count_if(inside & kept).alias("kept"),
         F.count_if(kept).alias("offered"),
         F.min(F.when(kept, F.to_date("derived_tstamp"))).alias("first_day"),
     ).first()
     metadata = {
         "events_this_run": counts["events"],
+        ROWS_READ: counts["read"],
+        ROWS_KEPT: counts["kept"],  # stored: inserted now, or held already (insert-only MERGE on event_id)
         "filtered_out_by_event_name": counts["filtered_out_by_event_name"],
         "dropped_null_derived_tstamp": counts["dropped_null_derived_tstamp"],
         "before_start_date_dropped": counts["before_start_date_dropped"],

@@ -29,13 +29,14 @@ from incremental_assets.logic.limits import RunLimits, nothing_new
 from incremental_assets.names import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_state import NOTHING_FOUND, RunBatch
+from incremental_assets.logic.run_log import ROWS_KEPT, ROWS_READ
+from incremental_assets.run_state import NOTHING_FOUND, Found, RunBatch, RunPlan, WindowRows
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.transforms import checks as C
 from incremental_assets.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
-QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp"
+QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp, cap_tstamp timestamp"
 # The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
 # in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
 SESSIONS_RANKED_WHOLE = 30_000
@@ -49,9 +50,11 @@ BROADCAST_SESSIONS = 500_000
 
 
 def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
-    """A table's stored rows (state from earlier runs), or none before its first write."""
-    if delta_tables.table_exists(uri):
-        return spark.read.format("delta").load(uri)
+    """A table's stored rows as they are now (state from earlier runs, pinned to this version, so
+    that a write later in the step does not change them), or none before its first write."""
+    table = delta_tables.stored_table(uri)
+    if table is not None:
+        return spark.read.format("delta").option("versionAsOf", table.version()).load(uri)
     return spark.createDataFrame([], schema)
 
 
@@ -79,16 +82,17 @@ NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its 
 
 @spark_delta_asset(
     name=LIFECYCLE,
-    ins={"limits": AssetIn(NEW_EVENT_LIMITS)},
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS)},
     group_name=BASE_GROUP,
     metadata=delta_table("upsert", keys=[T.SESSION], partition_by=["start_date"], one_row_per_key=True),
     description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
     "so a new event for an old session re-processes the whole session without scanning all history.",
 )
 def sessions_lifecycle_manifest(
-    context: AssetExecutionContext, limits: RunLimits, settings: IncrementalSettings, spark: SparkResource,
+    context: AssetExecutionContext, plan: RunPlan, settings: IncrementalSettings, spark: SparkResource,
     manifest: ManifestResource,
 ):
+    limits = plan.limits
     if nothing_new_in_run(context, limits, manifest):
         yield Output(None, metadata=NOTHING_NEW)
         return
@@ -117,6 +121,8 @@ def sessions_lifecycle_manifest(
         "events_in_window": sum(drops.values()),
         "eligible_events": drops.get(None, 0),
         "null_cursor_rows": null_cursor_rows,
+        # the window's account: every row read is passed on (eligible) or counted under a reason
+        ROWS_READ: sum(drops.values()) + null_cursor_rows, ROWS_KEPT: drops.get(None, 0),
         **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
         "sessions_new_or_changed": changed["n"],
         "sessions_already_at_cap": changed["at_cap"],
@@ -153,7 +159,7 @@ def sessions_unique_and_within_cap(
 
 @multi_asset(
     name="session_batch",
-    ins={"limits": AssetIn(NEW_EVENT_LIMITS), "lifecycle": AssetIn(LIFECYCLE)},
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS), "lifecycle": AssetIn(LIFECYCLE)},
     outs={
         QUARANTINE: AssetOut(
             group_name=BASE_GROUP,
@@ -175,13 +181,17 @@ def sessions_unique_and_within_cap(
     },
 )
 def session_batch(
-    context: AssetExecutionContext, limits: RunLimits, lifecycle: DataFrame, settings: IncrementalSettings,
+    context: AssetExecutionContext, plan: RunPlan, lifecycle: DataFrame, settings: IncrementalSettings,
     spark: SparkResource, manifest: ManifestResource,
 ):
     """The sessions active in the window, computed once: the ones to quarantine, and all their events."""
+    limits = plan.limits
     ts = settings.session_timestamp
+    # as the lifecycle step judged the window's events: before this step quarantines more sessions
+    quarantined = read_or_empty(spark.spark_session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     idle = nothing_new_in_run(context, limits, manifest)
-    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days)
+    until = None if limits.moves_manifest else limits.now  # a keyhole: its sessions whole
+    active = T.sessions_this_run(lifecycle, limits.lower, limits.upper, settings.max_session_days, until)
     if idle:  # an empty batch, and no event after the window: its upper limit is 'now' (see nothing_new)
         active, span = active.where(F.lit(False)), T.NO_SESSIONS
     else:
@@ -204,18 +214,22 @@ def session_batch(
     yield Output(quarantine, QUARANTINE, metadata={"sessions_at_their_cap": at_cap, ROWS_AT_MOST: at_cap})
 
     source = with_optional_columns(delta_tables.read_table(spark.spark_session, source_table_uri()))
-    candidates = T.candidate_events(source, settings, span)
+    window = None if idle else (limits.lower, limits.upper)  # its every eligible event is accounted for
+    candidates = T.candidate_events(source, settings, span, quarantined, window)
     sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
     duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
-    if duplicated is None:
-        events = T.session_events(candidates, sessions_joined, settings)
-    else:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
-        few = duplicated.count() <= BROADCAST_DUPLICATED_IDS
-        events = T.session_events(candidates, sessions_joined, settings, F.broadcast(duplicated) if few else duplicated)
+    if duplicated is not None:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
+        duplicated = F.broadcast(duplicated) if duplicated.count() <= BROADCAST_DUPLICATED_IDS else duplicated
     found = NOTHING_FOUND
     if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
-        found = Observation()
-        events = events.observe(found, *T.batch_counts(ts))
+        found = (Observation(), Observation())
+        events = T.session_events(candidates, sessions_joined, settings, duplicated, observed=(found[0], window))
+        events = events.observe(found[1], *T.batch_counts(ts, window))
+    else:
+        events = T.session_events(candidates, sessions_joined, settings, duplicated)
+        if window is not None:  # no session of the run: an eligible event of its window is beyond its cap
+            beyond = T.within_window(candidates, ts, window).count()
+            found = Found(0, None, 0, WindowRows(0, beyond, 0))
     next_event = None if idle else T.next_event_after(source, settings, limits.upper, limits.now)
     yield Output(
         RunBatch(events.drop(T.COPIES), limits, next_event, found, ts),

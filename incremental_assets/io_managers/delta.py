@@ -10,7 +10,7 @@ overwrite), `upsert` (update or insert on keys), `replace_partition` (a `replace
 run's partition time window; a multi-day backfill writes once).
 
 Besides DataFrames it stores a run's state, which later steps of the same run receive as inputs:
-`RunLimits` (a row per run) and `RunBatch` (the scratch table, its stats in the materialization
+`RunPlan` (a row per run) and `RunBatch` (the scratch table, its stats in the materialization
 metadata). Such an input is loaded only from this run, or the run it re-executes; otherwise the
 step is refused with the job to use. Writes of a run are keyed by a Delta transaction identifier
 of the run that decided its limits, so re-executing a step whose write committed changes nothing.
@@ -45,19 +45,21 @@ from pyspark.sql import DataFrame
 from incremental_assets import delta_tables, previews
 from incremental_assets.delta_tables import DeltaWriteError, Txn, Window, WriteMode
 from incremental_assets.environment import table_uri, warehouse_root
-from incremental_assets.logic.limits import Cursor, RunLimits
+from incremental_assets.logic.limits import Cursor
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.run_log import alive_in, as_markdown
 from incremental_assets.run_state import (
     RunBatch,
+    RunPlan,
+    arrivals_metadata,
     batch_from_metadata,
     batch_metadata,
-    limits_from_row,
     limits_metadata,
-    limits_table,
     materialization_metadata,
+    plan_from_row,
+    plan_table,
     stats_from_metadata,
 )
 
@@ -172,7 +174,7 @@ class DeltaIOManager(ConfigurableIOManager):
         return table_uri(asset_name, self.warehouse_root or warehouse_root())
 
     # -- writing --------------------------------------------------------------------------
-    def handle_output(self, context: OutputContext, obj: DataFrame | RunLimits | RunBatch | None) -> None:
+    def handle_output(self, context: OutputContext, obj: DataFrame | RunPlan | RunBatch | None) -> None:
         name = context.asset_key.path[-1]
         uri = self.uri(name)
         spec = TableSpec.of(context.definition_metadata, name)
@@ -181,13 +183,13 @@ class DeltaIOManager(ConfigurableIOManager):
             context.log.info(f"{name} is already at {cursor.entry.position}, past this run's upper limit: nothing to do")
             context.add_output_metadata({"skipped": "already ahead of this run's window"})
             return
-        if isinstance(obj, RunLimits) or spec.progress is Progress.DAILY:
+        if isinstance(obj, RunPlan) or spec.progress is Progress.DAILY:
             # A run's first write: it takes the run log's lease for every asset the run writes.
             selected = context.step_context.job_def.asset_layer.selected_asset_keys
-            limits = obj if isinstance(obj, RunLimits) else None
+            limits = obj.limits if isinstance(obj, RunPlan) else None
             assets = sorted(k.path[-1] for k in selected)
             self.manifest.acquire(context.run_id, assets, limits, alive_in(context.step_context.instance))
-        if isinstance(obj, RunLimits):
+        if isinstance(obj, RunPlan):
             self._write_run_record(context, spec, obj, uri)
             return
         if isinstance(obj, RunBatch):
@@ -204,16 +206,17 @@ class DeltaIOManager(ConfigurableIOManager):
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
         context.add_output_metadata({"run_log": as_markdown(self.manifest.appended_here(context.run_id))})
 
-    def _write_run_record(self, context: OutputContext, spec: TableSpec, limits: RunLimits, uri: str) -> None:
-        """The run's limits, one row appended with deltalake: no Spark job for a row per run."""
+    def _write_run_record(self, context: OutputContext, spec: TableSpec, plan: RunPlan, uri: str) -> None:
+        """The run's plan, one row appended with deltalake: no Spark job for a row per run."""
         if spec.write_mode is not WriteMode.APPEND:
             raise DeltaWriteError(f"{uri} keeps one row per run: declare write mode append")
-        rows = limits_table(limits, context.run_id)
+        rows = plan_table(plan, context.run_id)
         result = delta_tables.append_rows(uri, rows, Txn(f"run-{context.run_id}"))
         columns = [TableColumn(f.name, str(f.type)) for f in rows.schema]
-        context.add_output_metadata(
-            {**limits_metadata(limits), **write_metadata(columns, uri, result), "dagster/row_count": previews.row_count(uri)}
-        )
+        context.add_output_metadata({
+            **limits_metadata(plan.limits), **arrivals_metadata(plan), **write_metadata(columns, uri, result),
+            "dagster/row_count": previews.row_count(uri),
+        })
 
     def _write_batch(self, context: OutputContext, spec: TableSpec, batch: RunBatch, uri: str) -> None:
         """The scratch table, then what the batch found, as its write counted it (see RunBatch)."""
@@ -276,14 +279,14 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({"resumes_past_gap_from": str(entry.last_upper)})
 
     # -- reading --------------------------------------------------------------------------
-    def load_input(self, context: InputContext) -> DataFrame | RunLimits | RunBatch:
+    def load_input(self, context: InputContext) -> DataFrame | RunPlan | RunBatch:
         name = context.asset_key.path[-1]
         uri = self.uri(name)
         kind = context.dagster_type.typing_type
-        if kind is RunLimits:
+        if kind is RunPlan:
             run_id = self._required_from_this_run(context, name).run_id
             [row] = previews.read_rows(uri, filters=[("run_id", "=", run_id)])
-            return limits_from_row(row)
+            return plan_from_row(row)
         spark = self.spark.spark_session
         if kind is RunBatch:
             metadata = materialization_metadata(self._required_from_this_run(context, name).asset_materialization)

@@ -182,3 +182,23 @@ def mismatched_days(aggregated: Mapping[date, int], held: Mapping[date, int]) ->
         for day in sorted(set(aggregated) | set(held))
         if aggregated.get(day, 0) != held.get(day, 0)
     ]
+
+
+def backfill_range(start: date, end: date, first: date, today: date) -> tuple[date, date, str | None]:
+    """The days of a requested backfill [start, end] that have a daily partition (from `first`,
+    start_date, to today), with a note on those that have none yet; ValueError, naming the way
+    out, when the range starts outside the partitions."""
+    if end < start:
+        raise ValueError(f"--end ({end}) is before --start ({start})")
+    if start < first:
+        raise ValueError(
+            f"--start {start} is before the first daily partition, {first} (start_date): start the range at {first}"
+        )
+    if start > today:
+        raise ValueError(f"no day from {start} on has a daily partition yet: the last one is today, {today}")
+    if end > today:
+        return start, today, (
+            f"note: {today + timedelta(days=1)} .. {end} have no daily partition yet (the last one is today): "
+            f"backfilling {start} .. {today}"
+        )
+    return start, end, None

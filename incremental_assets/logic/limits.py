@@ -86,6 +86,15 @@ def run_limits(
     return RunLimits(RunState.STANDARD, max_ls - lookback, min(max_ls + backfill, now), now)
 
 
+def next_standard_lower(
+    manifest: Mapping[str, ManifestEntry], models: Iterable[str], lookback_window_hours: float
+) -> datetime | None:
+    """Where the standard cursor's next window starts for the first of `models` to read it: a row
+    behind it is read by no standard window of some asset (None: no asset has a position yet)."""
+    positions = [manifest[m].position for m in models if m in manifest and manifest[m].position is not None]
+    return min(positions) - timedelta(hours=lookback_window_hours) if positions else None
+
+
 def keyhole_limits(lower: datetime, upper: datetime, now: datetime) -> RunLimits:
     if lower > upper:
         raise ValueError(f"keyhole lower ({lower}) must not be after upper ({upper})")

@@ -15,9 +15,13 @@ from typing import Any, Iterable, Mapping
 
 PROCESSING, PROCESSED, FAILED, RESOLVED = "Processing", "Processed", "Failed", "Resolved"
 
+# Output metadata of a step that accounts for every row it read: rows_read = rows_kept + skipped.
+ROWS_READ = "rows_read"
+ROWS_KEPT = "rows_kept"  # carried forward (passed on to the next step, or stored)
 # Output metadata that counts data a step did not carry forward, and why (§8 "every reason").
 SKIP_REASONS = {
     "duplicates_dropped": "duplicate",
+    "beyond_session_cap": "beyond_session_cap",
     "dropped_late_sent": "late_sent",
     "dropped_quarantined_session": "quarantined",
     "before_start_date_dropped": "before_start_date",
@@ -30,6 +34,10 @@ SKIP_REASONS = {
     "filtered_out_by_event_name": "event_name_filtered",
     "late_events_deferred": "late_deferred",
     "late_events_beyond_horizon": "late_beyond_horizon",
+    # rows that arrived in the source where no standard window will read them (logic.arrivals)
+    "arrived_cursor_before_start_date": "cursor_before_start_date",
+    "arrived_cursor_in_future": "cursor_in_future",
+    "arrived_behind_cursor": "behind_cursor",
 }
 
 
@@ -67,3 +75,15 @@ def lease_holder(leases: Mapping[str, list[Record]]) -> str | None:
 def skip_reasons(metadata: Mapping[str, Any]) -> dict[str, int]:
     """The non-zero skip counts among a step's output metadata, under the run log's reason names."""
     return {reason: int(metadata[key]) for key, reason in SKIP_REASONS.items() if metadata.get(key)}
+
+
+def succeeded(records: Iterable[Record]) -> set[str]:
+    """The runs among `records` that finished every asset they started: each Processing has its
+    Processed, and nothing of theirs Failed."""
+    outcomes: dict[str, dict[str, str]] = {}
+    for record in sorted(records, key=lambda r: r.recorded_at):
+        if record.status in (PROCESSING, PROCESSED, FAILED):
+            runs = outcomes.setdefault(record.run_id, {})
+            if runs.get(record.asset) != FAILED:
+                runs[record.asset] = record.status
+    return {run for run, assets in outcomes.items() if assets and all(s == PROCESSED for s in assets.values())}

@@ -26,7 +26,17 @@ from incremental_assets.delta_tables import data_files
 from incremental_assets.environment import table_uri, warehouse_root
 from incremental_assets.logic.days import DayStatus, mark_processed
 from incremental_assets.logic.limits import Cursor, ManifestEntry, RunLimits
-from incremental_assets.logic.run_log import FAILED, PROCESSING, RESOLVED, Record, lease_holder, open_leases, skip_reasons
+from incremental_assets.logic.run_log import (
+    FAILED,
+    PROCESSING,
+    RESOLVED,
+    ROWS_KEPT,
+    ROWS_READ,
+    Record,
+    lease_holder,
+    open_leases,
+    skip_reasons,
+)
 from incremental_assets.utc import UTC_TIMESTAMP, aware, naive, utcnow
 
 INCREMENTAL_MANIFEST = "incremental_manifest"
@@ -72,10 +82,13 @@ RUN_LOG_SCHEMA = pa.schema(
         ("recorded_at", UTC_TIMESTAMP),
         ("run_id", pa.string()),
         ("asset", pa.string()),
+        ("partition", pa.string()),  # a partitioned asset's records: one per partition, with its own rows
         ("status", pa.string()),
         ("lower_limit", UTC_TIMESTAMP),
         ("upper_limit", UTC_TIMESTAMP),
-        ("rows", pa.int64()),
+        ("rows", pa.int64()),  # stored: inserted and updated (a replace: the rows it holds)
+        ("rows_read", pa.int64()),  # what the step read, when it accounts for every row ...
+        ("rows_kept", pa.int64()),  # ... and carried forward: rows_read = rows_kept + the skipped counts
         ("skipped", pa.string()),  # JSON {reason: count}
         ("pid", pa.int64()),
         ("host", pa.string()),
@@ -154,8 +167,8 @@ class ManifestResource(ConfigurableResource):
         The records commit only if the run log has not changed since this run read it (a Delta MERGE,
         which conflicts with any append made meanwhile), so of two runs taking it at the same moment
         one commits and the other reads again and finds it held. Leases of runs that are gone are
-        closed as Failed first; if another live run holds the lease, this run's records are Failed
-        and LeaseHeld names the holder."""
+        closed as Failed first; if another live run holds the lease, LeaseHeld names the holder and
+        this run writes nothing (SPEC §8: a refused run leaves no trace but its own failure)."""
         since = utcnow().date() - timedelta(days=LEASE_DAYS)
         for _ in range(LEASE_ATTEMPTS):
             log = self._run_log_snapshot()
@@ -164,7 +177,7 @@ class ManifestResource(ConfigurableResource):
                 # A file per append would make every lease check list thousands of files (deltalake: no JVM).
                 log.optimize.compact(partition_filters=[("day", ">=", since.isoformat())])
                 continue
-            leases = open_leases(_record(row) for row in recent)
+            leases = open_leases(run_log_record(row) for row in recent)
             others = {run: records for run, records in leases.items() if run != run_id}
             gone = [record for records in others.values() for record in records if not alive(record)]
             if gone:
@@ -172,26 +185,32 @@ class ManifestResource(ConfigurableResource):
                 continue
             if others:
                 holder = lease_holder(others)
-                message = f"refused: run {holder} holds the run log's lease (it is still processing)"
-                self._log([self._row(run_id, asset, FAILED, limits, message=message) for asset in assets])
                 raise LeaseHeld(
-                    f"Run {holder} is still writing this warehouse (its Processing records in {self.uri(RUN_LOG)} "
-                    f"have no Processed or Failed yet). Wait for it; if it is dead on another machine, stop it there, "
-                    f"then `incremental-assets resolve {holder}`."
+                    f"refused: lease held by {holder}. Run {holder} is still writing this warehouse (its Processing "
+                    f"records in {self.uri(RUN_LOG)} have no Processed or Failed yet). Wait for it; if it is dead on "
+                    f"another machine, stop it there, then `incremental-assets resolve {holder}`."
                 )
             processing = [self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets]
             if self._log(processing, unchanged_since=(log, since)):
                 return
         raise LeaseHeld(f"Could not take the run log's lease in {LEASE_ATTEMPTS} tries: other writers kept appending to {self.uri(RUN_LOG)}")
 
-    def record(self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None) -> None:
-        """Close an asset's Processing record with its outcome, its row counts and skip reasons."""
-        rows = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0) or metadata.get("dagster/row_count")
-        self._log([self._row(run_id, asset, status, None, rows=rows, skipped=skip_reasons(metadata), message=message)])
+    def record(
+        self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None,
+        partition: str | None = None,
+    ) -> None:
+        """Close an asset's Processing record with its outcome, its row counts and skip reasons; a
+        partition's record carries the rows of that partition alone."""
+        if partition is not None:
+            rows = metadata.get("dagster/row_count")
+        else:
+            rows = (metadata.get("rows_inserted") or 0) + (metadata.get("rows_updated") or 0) or metadata.get("dagster/row_count")
+        self._log([self._row(run_id, asset, status, None, rows=rows, skipped=skip_reasons(metadata), message=message,
+                             partition=partition, rows_read=metadata.get(ROWS_READ), rows_kept=metadata.get(ROWS_KEPT))])
 
     def close_open(self, run_id: str, message: str) -> None:
         """Close whatever the run left open as Failed (a run that ended before its assets did)."""
-        leases = open_leases(_record(row) for row in self.run_log(run_id=run_id))
+        leases = open_leases(run_log_record(row) for row in self.run_log(run_id=run_id))
         self._log([self._row(run_id, r.asset, FAILED, None, message=message) for r in leases.get(run_id, [])])
 
     def resolve(self, run_id: str) -> int:
@@ -203,13 +222,14 @@ class ManifestResource(ConfigurableResource):
 
     def _row(self, run_id: str, asset: str, status: str, limits: RunLimits | None, rows: int | None = None,
              skipped: Mapping[str, int] | None = None, pid: int | None = None, host: str | None = None,
-             message: str | None = None) -> dict:
+             message: str | None = None, partition: str | None = None, rows_read: int | None = None,
+             rows_kept: int | None = None) -> dict:
         now = utcnow()
         return {
-            "day": now.date(), "recorded_at": now, "run_id": run_id, "asset": asset, "status": status,
-            "lower_limit": limits.lower if limits else None, "upper_limit": limits.upper if limits else None,
-            "rows": rows, "skipped": json.dumps(dict(skipped)) if skipped else None, "pid": pid, "host": host,
-            "message": message,
+            "day": now.date(), "recorded_at": now, "run_id": run_id, "asset": asset, "partition": partition,
+            "status": status, "lower_limit": limits.lower if limits else None,
+            "upper_limit": limits.upper if limits else None, "rows": rows, "rows_read": rows_read, "rows_kept": rows_kept,
+            "skipped": json.dumps(dict(skipped)) if skipped else None, "pid": pid, "host": host, "message": message,
         }
 
     def _recent_files(self, since: date) -> int:
@@ -235,14 +255,14 @@ class ManifestResource(ConfigurableResource):
             return True
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], RUN_LOG_SCHEMA)
         uri = self.uri(RUN_LOG)
-        if unchanged_since is None:
-            write_deltalake(uri, data, mode="append", partition_by=["day"])
+        if unchanged_since is None:  # "merge": a run log of an earlier release gains the new columns
+            write_deltalake(uri, data, mode="append", partition_by=["day"], schema_mode="merge")
         else:
             snapshot, since = unchanged_since
             same_row = " AND ".join(f"t.{c} = s.{c}" for c in ("run_id", "asset", "status", "recorded_at"))
             try:  # an insert that read the recent days: Delta refuses it if another writer appended there
-                snapshot.merge(data, f"t.day >= '{since.isoformat()}' AND {same_row}", source_alias="s", target_alias="t") \
-                    .when_not_matched_insert_all().execute()
+                snapshot.merge(data, f"t.day >= '{since.isoformat()}' AND {same_row}", source_alias="s", target_alias="t",
+                               merge_schema=True).when_not_matched_insert_all().execute()
             except CommitFailedError:
                 return False
         for row in rows:
@@ -275,7 +295,7 @@ def _day(row: dict) -> DayStatus:
     return DayStatus(**values)
 
 
-def _record(row: dict) -> Record:
+def run_log_record(row: dict) -> Record:
     return Record(row["run_id"], row["asset"], row["status"], row["recorded_at"], row["pid"], row["host"])
 
 

@@ -7,6 +7,7 @@ project owns. Every later start points `spark.jars` at the cached files and need
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -87,8 +88,18 @@ DELTA_CONF = {
 # pauses matter (with the heap of driver_memory, a first backfill of 5M events took 79 s where G1
 # with 4 GiB took 85 s).
 JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+# Set by the command line: the JVM's own log (Spark's errors and their Java frames) goes to this
+# file instead of the terminal, beside the run's event stream.
+JVM_LOG_ENV = "INCREMENTAL_ASSETS_JVM_LOG"
+JVM_LOG_CONFIG = """rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
 LOCAL_CONF = {
-    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
     "spark.executor.extraJavaOptions": JAVA_OPTIONS,
     # Manifests and scratch tables are small: a handful of snapshot partitions keeps Delta
     # log replay from scheduling 50 tasks per table read.
@@ -206,7 +217,8 @@ def build_spark_session(
         sql_conf[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
     for key, value in {**sql_conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_stderr_to(None if remote else os.environ.get(JVM_LOG_ENV)):
+        session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
         # Two per core of the cluster: every core busy on a big stage, which adaptive execution
@@ -217,12 +229,47 @@ def build_spark_session(
     return session
 
 
+@contextlib.contextmanager
+def _jvm_stderr_to(path: str | None):
+    """With a path: the JVM started inside writes its standard error there (it inherits this
+    process's file descriptor 2 when it starts; the JVM's own warnings come before any logger)."""
+    if not path:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved, log = os.dup(2), os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(log)
+        os.close(saved)
+
+
 def driver_conf() -> dict[str, str]:
     """What a Spark driver of this project needs at launch: Delta's jars (from the cache; resolved
     first, with the network once, when set-up was skipped) and extensions, UTC. A Spark Connect
     server started for the project takes the same (`spark-submit --conf`)."""
     memory = driver_memory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return {**LOCAL_CONF, "spark.driver.memory": memory, **DELTA_CONF, "spark.jars": ",".join(resolve_delta_jars())}
+    java = f"{JAVA_OPTIONS} {jvm_log_option()}".strip()
+    return {
+        **LOCAL_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.memory": memory, **DELTA_CONF,
+        "spark.jars": ",".join(resolve_delta_jars()),
+    }
+
+
+def jvm_log_option() -> str:
+    """The driver JVM's option that sends its log to the file JVM_LOG_ENV names ('' when unset)."""
+    path = os.environ.get(JVM_LOG_ENV)
+    if not path:
+        return ""
+    config = Path(f"{path}.log4j2.properties")
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(JVM_LOG_CONFIG.format(path=path))
+    return f"-Dlog4j2.configurationFile={config.as_uri()}"
 
 
 def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]") -> list[str]:

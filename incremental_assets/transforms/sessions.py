@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from incremental_assets.logic.limits import load_days
@@ -24,19 +24,29 @@ def days(n: int) -> Column:
     return F.make_dt_interval(days=F.lit(n))
 
 
+def present(value: Column) -> Column:
+    """Whether an id is there: not null, and not blank (an export's empty or whitespace text is no id)."""
+    return value.isNotNull() & (F.trim(value.cast("string")) != "")
+
+
+def _id(value: Column) -> Column:
+    """An id as text, null where it is blank."""
+    return F.when(present(value), value.cast("string"))
+
+
 def identifier(columns: list[str], sql: str | None) -> Column:
-    """First non-null of `columns`, or the deployment's SQL expression."""
+    """First non-blank of `columns`, or the deployment's SQL expression (blank: null)."""
     if sql:
-        return F.expr(sql)
-    return F.coalesce(*[F.col(c) for c in columns]) if len(columns) > 1 else F.col(columns[0])
+        return _id(F.expr(sql))
+    return F.coalesce(*[_id(F.col(c)) for c in columns]) if len(columns) > 1 else _id(F.col(columns[0]))
 
 
 def session_id(settings: IncrementalSettings) -> Column:
-    return identifier(settings.session_identifiers, settings.session_identifier_sql).cast("string")
+    return identifier(settings.session_identifiers, settings.session_identifier_sql)
 
 
 def user_id(settings: IncrementalSettings) -> Column:
-    return identifier(settings.user_identifiers, settings.user_identifier_sql).cast("string")
+    return identifier(settings.user_identifiers, settings.user_identifier_sql)
 
 
 def sent_in_time(settings: IncrementalSettings) -> Column:
@@ -108,22 +118,33 @@ def window_and_null_cursor_rows(source: DataFrame, settings: IncrementalSettings
     return rows.where(cursor.between(F.lit(lower), F.lit(upper)) | null_cursor)
 
 
-def classify_window(window: DataFrame, quarantined: DataFrame, settings: IncrementalSettings) -> DataFrame:
-    """Every event of the window with its session and user ids and why it is dropped (or null);
-    a row without a cursor (if the window holds any) is `NULL_CURSOR`."""
-    quarantine = quarantined.select(F.col(SESSION).alias("_q"), F.lit(True).alias("_quarantined"))
+CAP = "cap_tstamp"  # quarantined_sessions: the end its session was capped at (start + max_session_days)
+
+
+def classify_window(window: DataFrame, quarantined: DataFrame | None, settings: IncrementalSettings) -> DataFrame:
+    """Every event of `window` with its session and user ids and why it is dropped (or null: it is
+    eligible); a row without a cursor (if the window holds any) is `NULL_CURSOR`, a blank id is a
+    null one, and an event of a quarantined session is dropped beyond its cap (within it, it is one
+    of the session's events). The one eligibility rule: the lifecycle counts the window by it, the
+    batch picks its candidates by it."""
+    ts = F.col(settings.session_timestamp)
     marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
-    marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
+    quarantined_here = F.lit(False)
+    if quarantined is not None:
+        cap = F.col(CAP) if CAP in quarantined.columns else F.lit(None).cast("timestamp")  # a table of an earlier release
+        quarantine = quarantined.select(F.col(SESSION).alias("_q"), cap.alias("_cap"))
+        marked = marked.join(F.broadcast(quarantine), marked[SESSION] == quarantine["_q"], "left")
+        quarantined_here = F.col("_q").isNotNull() & (F.col("_cap").isNull() | (ts > F.col("_cap")))
     reason = (
-        F.when(F.col(settings.session_timestamp).isNull(), NULL_CURSOR)
-        .when(F.col("event_id").isNull(), "null_event_id")
+        F.when(ts.isNull(), NULL_CURSOR)
+        .when(~present(F.col("event_id")), "null_event_id")
         .when(F.col(SESSION).isNull(), "null_session_id")
         .when(~app_allowed(settings), "app_filtered")
         .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")
         .when(~sent_in_time(settings), "late_sent")
-        .when(F.col("_quarantined"), "quarantined_session")
+        .when(quarantined_here, "quarantined_session")
     )
-    return marked.withColumn("drop_reason", reason).drop("_q", "_quarantined")
+    return marked.withColumn("drop_reason", reason).drop("_q", "_cap")
 
 
 def window_groups(classified: DataFrame, ts: str) -> DataFrame:
@@ -192,8 +213,12 @@ def earliest_start(lower: datetime, max_session_days: int) -> datetime:
     return lower - timedelta(days=max_session_days)
 
 
-def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, max_session_days: int) -> DataFrame:
-    """Sessions active in the window: start in [L − MSD, U], end >= L; end capped at U."""
+def sessions_this_run(
+    lifecycle: DataFrame, lower: datetime, upper: datetime, max_session_days: int, until: datetime | None = None
+) -> DataFrame:
+    """Sessions active in the window: start in [L − MSD, U], end >= L; end capped at U (`until`
+    when given: a keyhole window lies in the past, and its sessions' later events, already
+    loaded, are theirs too, so that each is rebuilt whole)."""
     earliest = earliest_start(lower, max_session_days)
     return (
         lifecycle.where(F.col("start_date") >= F.lit(earliest.date()))
@@ -203,7 +228,7 @@ def sessions_this_run(lifecycle: DataFrame, lower: datetime, upper: datetime, ma
             USER,
             "start_tstamp",
             F.col("end_tstamp").alias("lifecycle_end_tstamp"),
-            F.least(F.col("end_tstamp"), F.lit(upper)).alias("end_tstamp"),
+            F.least(F.col("end_tstamp"), F.lit(until or upper)).alias("end_tstamp"),
         )
     )
 
@@ -215,7 +240,13 @@ def _reached_cap(max_session_days: int, end: str = "lifecycle_end_tstamp") -> Co
 
 def newly_quarantined(sessions: DataFrame, max_session_days: int, quarantined_at: datetime) -> DataFrame:
     """Sessions whose end reached start + MSD days: they will never be extended again."""
-    return sessions.where(_reached_cap(max_session_days)).select(SESSION, F.lit(quarantined_at).alias("quarantined_at"))
+    return sessions.where(_reached_cap(max_session_days)).select(
+        SESSION, F.lit(quarantined_at).alias("quarantined_at"), _cap_of(max_session_days)
+    )
+
+
+def _cap_of(max_session_days: int) -> Column:
+    return (F.col("start_tstamp") + days(max_session_days)).alias(CAP)
 
 
 def capped_before_window(lifecycle: DataFrame, first_day: date, lower: datetime, max_session_days: int) -> DataFrame:
@@ -229,17 +260,47 @@ def capped_before_window(lifecycle: DataFrame, first_day: date, lower: datetime,
         (F.col("start_date") >= F.lit(first_day))
         & (F.col("start_tstamp") < F.lit(earliest_start(lower, max_session_days)))
         & _reached_cap(max_session_days, end="end_tstamp")
-    ).select(SESSION)
+    ).select(SESSION, _cap_of(max_session_days))
 
 
-def batch_counts(ts: str) -> list[Column]:
+def batch_counts(ts: str, window: tuple[datetime, datetime] | None = None) -> list[Column]:
     """What `session_events` found, as aggregates its write observes (see run_state.RunBatch): the
-    events, the greatest cursor value (microseconds since the epoch), the copies the dedupe dropped."""
-    return [
+    events, the greatest cursor value (microseconds since the epoch), the copies the dedupe dropped,
+    and (given the run's window) how many of the events lie in it."""
+    counts = [
         F.count(F.lit(1)).alias("events"),
         F.unix_micros(F.max(ts)).alias("batch_max_micros"),
         F.sum(F.col(COPIES) - 1).alias("duplicates"),
     ]
+    if window is not None:
+        counts.append(F.count_if(_within(F.col(ts), window)).alias("window_rows_kept"))
+    return counts
+
+
+def window_counts(ts: str, max_session_days: int, window: tuple[datetime, datetime]) -> list[Column]:
+    """What became of the window's eligible events in `session_events`, before its dedupe (observed
+    there): those of this run's sessions within their caps, and those beyond their session's cap
+    (or of a session too old to be this run's, which is beyond its cap too)."""
+    inside = _within(F.col(ts), window)
+    within_cap = F.coalesce(_within_cap(ts, max_session_days), F.lit(False))
+    return [
+        F.count_if(inside & within_cap).alias("window_rows_in_sessions"),
+        F.count_if(inside & ~within_cap).alias("beyond_session_cap"),
+    ]
+
+
+def _within(value: Column, window: tuple[datetime, datetime]) -> Column:
+    return value.between(F.lit(window[0]), F.lit(window[1]))
+
+
+def within_window(rows: DataFrame, ts: str, window: tuple[datetime, datetime]) -> DataFrame:
+    """The rows whose cursor lies in the window [lower, upper] (inclusive)."""
+    return rows.where(_within(F.col(ts), window))
+
+
+def _within_cap(ts: str, max_session_days: int) -> Column:
+    """An event within [start, start + max_session_days] of its session (`_start`); null without one."""
+    return (F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + days(max_session_days))
 
 
 NO_SESSIONS = {"sessions": 0, "at_cap": 0, "lo": None, "hi": None}  # the span of a run without sessions
@@ -256,15 +317,18 @@ def sessions_span(sessions: DataFrame, max_session_days: int):
     ).first()
 
 
-def candidate_events(source: DataFrame, settings: IncrementalSettings, span) -> DataFrame:
-    """The source rows that can be events of this run's sessions (see `sessions_span`): within
-    their span, with an event_id, from an allowed app, sent in time; their session id set."""
-    rows = source.where(F.lit(False)) if span["lo"] is None else in_cursor_range(source, settings, span["lo"], span["hi"])
-    return (
-        rows.where(F.col("event_id").isNotNull() & app_allowed(settings) & F.coalesce(sent_in_time(settings), F.lit(False)))
-        .withColumn(SESSION, session_id(settings))
-        .drop(USER)
-    )
+def candidate_events(
+    source: DataFrame, settings: IncrementalSettings, span, quarantined: DataFrame | None = None,
+    window: tuple[datetime, datetime] | None = None,
+) -> DataFrame:
+    """The source rows that can be events of this run's sessions (see `sessions_span`), and, given
+    the run's window, every row of it too: eligible by the lifecycle's rule (`classify_window`),
+    their session id set."""
+    lows, highs = [span["lo"], window and window[0]], [span["hi"], window and window[1]]
+    lo, hi = min((t for t in lows if t), default=None), max((t for t in highs if t), default=None)
+    rows = source.where(F.lit(False)) if lo is None else in_cursor_range(source, settings, lo, hi)
+    eligible = classify_window(rows, quarantined, settings).where(F.col("drop_reason").isNull())
+    return eligible.drop(USER, "drop_reason")
 
 
 ID_HASH = "_id_hash"
@@ -286,22 +350,26 @@ def duplicated_ids(candidates: DataFrame) -> DataFrame:
 
 
 def session_events(
-    candidates: DataFrame, sessions: DataFrame, settings: IncrementalSettings, duplicated: DataFrame | None = None
+    candidates: DataFrame, sessions: DataFrame, settings: IncrementalSettings, duplicated: DataFrame | None = None,
+    observed: tuple[Observation, tuple[datetime, datetime]] | None = None,
 ) -> DataFrame:
     """All events of this run's sessions (`sessions_this_run`, from `candidate_events`) within their
     caps, one row per event_id. With `duplicated` (`duplicated_ids(candidates)`, broadcast when
     small) only the rows of those ids are ranked; without it every row is (one shuffle of them all).
+    With `observed` (an Observation and the run's window), what became of the window's candidates
+    is observed before the dedupe (`window_counts`).
 
     The earliest (ts, dvce_created_tstamp) wins a duplicate; the user comes from the lifecycle.
     COPIES counts how many rows shared the event_id (1: no duplicate).
     """
     ts = settings.session_timestamp
     s = sessions.select(SESSION, F.col(USER), F.col("start_tstamp").alias("_start"))
-    in_session = (
-        candidates.join(s, SESSION)
-        .where((F.col(ts) >= F.col("_start")) & (F.col(ts) <= F.col("_start") + days(settings.max_session_days)))
-        .drop("_start")
-    )
+    if observed is None:
+        joined = candidates.join(s, SESSION)
+    else:  # every candidate, to count those beyond their session's cap
+        observation, window = observed
+        joined = candidates.join(s, SESSION, "left").observe(observation, *window_counts(ts, settings.max_session_days, window))
+    in_session = joined.where(_within_cap(ts, settings.max_session_days)).drop("_start")
     if duplicated is None:
         return _first_copies(in_session, ts)
     marked = in_session.withColumn(ID_HASH, id_hash()).join(duplicated, ID_HASH, "left").drop(ID_HASH)

@@ -99,7 +99,7 @@ def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp
         crashed = subprocess.run(
             [sys.executable, "-c", CHILD, point, kind], env=dict(os.environ), capture_output=True, text=True, timeout=600
         )
-        expected = -signal.SIGKILL if kind == "kill" else 1
+        expected = -signal.SIGKILL if kind == "kill" else 2  # a failed run: one error line, exit 2
         assert crashed.returncode == expected, crashed.stdout[-3000:] + crashed.stderr[-3000:]
         with DagsterInstance.get() as instance:
             reruns = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=instance)

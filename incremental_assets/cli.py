@@ -121,6 +121,18 @@ def _parser() -> argparse.ArgumentParser:
     _settings_arguments(preview)
     preview.set_defaults(command=_preview)
 
+    show_plan = commands.add_parser("plan", help="what the current settings change in the tables built so far; writes nothing")
+    _settings_arguments(show_plan)
+    show_plan.set_defaults(command=_plan)
+
+    apply = commands.add_parser("apply", help="carry out the plan: rebuild what it rebuilds, then run until caught up")
+    _settings_arguments(apply)
+    apply.add_argument(
+        "--forward-only", action="store_true",
+        help="rebuild nothing: the tables take the new settings from now on and record the day they did",
+    )
+    apply.set_defaults(command=_apply)
+
     backfill = commands.add_parser("backfill", help="recompute daily_aggregates for a range of days (one run)")
     _settings_arguments(backfill)
     backfill.add_argument("--start", required=True, type=date.fromisoformat, help="first day (YYYY-MM-DD)")
@@ -204,6 +216,23 @@ def _backfill(args) -> int:
     print(f"daily_aggregates {first} .. {last}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
     print(f"Dagster's event stream: {run_log_file()}")
     return _outcome([summary]) if not summary.success else 0
+
+
+def _plan(args) -> None:
+    from incremental_assets.resources.manifests import ManifestResource
+    from incremental_assets.plans import pending_plan
+    from incremental_assets.runner import incremental_of
+
+    settings = _settings(args)
+    changes, _ = pending_plan(settings, ManifestResource(), incremental_of(settings))
+    print("\n".join(changes.describe()))
+
+
+def _apply(args) -> int:
+    from incremental_assets.runner import apply_changes
+
+    applied = apply_changes(_settings(args), forward_only=args.forward_only)
+    return _outcome(applied.runs) if applied.runs else 0
 
 
 def _preview(args) -> None:

@@ -4,7 +4,9 @@ The in-process executor runs every step of a run in one process, so a run starts
 JVM instead of one per step (see README, "Measured").
 """
 
-from dagster import Definitions, in_process_executor
+import warnings
+
+from dagster import BetaWarning, Definitions, in_process_executor
 
 from incremental_assets.assets.daily import (
     attributes,
@@ -28,12 +30,15 @@ from incremental_assets.io_managers.delta import DeltaIOManager
 from incremental_assets.jobs import daily_job, incremental_job, sample_load_job
 from incremental_assets.logs import cli_logger
 from incremental_assets.maintenance import maintenance_job
-from incremental_assets.refresh import refresh_job
+from incremental_assets.refresh import apply_plan_job, refresh_job
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
 from incremental_assets.schedules import daily_table_maintenance, hourly_incremental_schedule
 from incremental_assets.sensors import daily_partitions_sensor, source_events_sensor
 from incremental_assets.settings import load_settings
+
+# Dagster's own copy of a sensor when it binds resources passes a beta parameter: nothing of ours.
+warnings.filterwarnings("ignore", message="Parameter `owners` of initializer `SensorDefinition.__init__`", category=BetaWarning)
 
 base_chain = [new_event_limits, sessions_lifecycle_manifest, session_batch]
 incremental = [filtered_events, sessions]
@@ -50,7 +55,7 @@ def build_definitions(settings=None, extra_incremental=()) -> Definitions:
     fresh = freshness_checks(settings)
     return Definitions(
         assets=[atomic_events, source_load_summary, *base_chain, *incremental, *extra_incremental, *daily],
-        jobs=[incremental_job, daily_job, sample_load_job, maintenance_job, refresh_job],
+        jobs=[incremental_job, daily_job, sample_load_job, maintenance_job, refresh_job, apply_plan_job],
         schedules=[hourly_incremental_schedule, daily_table_maintenance],
         sensors=[source_events_sensor, daily_partitions_sensor, freshness_sensor(fresh)],
         asset_checks=[

@@ -173,6 +173,9 @@ def write(
     if known_empty and mode is WriteMode.REPLACE and stored is not None:
         stored.delete(commit_properties=_commit_properties(txn))
         return _latest_commit(stored)
+    # A table that holds no row (emptied by a refresh or a plan) takes the schema of what is written
+    # into it, whatever columns it had: a rebuild always has the current definitions' columns.
+    emptied = stored is not None and not data_files(stored).num_rows
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
@@ -180,7 +183,7 @@ def write(
             # Created before its asset was partitioned by the floor's column: its rows may hold no
             # value there, and a floor would match none of them. The MERGE reads the whole table.
             merge_floor = None
-        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None:
+        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None and not emptied:
             return _merge_small(df.toArrow(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
@@ -188,8 +191,8 @@ def write(
                 raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")
             # A row per key, as an insert-only MERGE needs; only then, as this shuffles whole rows.
             df = df.dropDuplicates(list(keys))
-        if stored is None:
-            return save("overwrite")
+        if stored is None or emptied:
+            return save("overwrite", overwrite_schema=emptied)
         if _nothing_stored_from(stored, merge_floor):
             # No stored row can match a key: the MERGE would insert every row; an append skips its join.
             return save("append")
@@ -198,10 +201,22 @@ def write(
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
         kind = partition_kind(df, window.column, uri)
-        return save("overwrite", replace_where=window.predicate(kind))
-    if mode is WriteMode.APPEND:
+        if emptied:
+            return save("overwrite", overwrite_schema=True)
+        return save("overwrite", replace_where=window.predicate(kind), merge_schema=True)  # columns a definition adds
+    if mode is WriteMode.APPEND and not emptied:
         return save("append")
     return save("overwrite", overwrite_schema=True)
+
+
+def truncate(uri: str) -> int:
+    """Delete every row of the table at `uri` (a refresh, a plan's rebuild): one commit, no JVM; its
+    schema, properties and history stay, and its next write sets its columns (see `write`).
+    Returns the rows deleted (0: no table)."""
+    table = stored_table(uri)
+    if table is None:
+        return 0
+    return int(table.delete().get("num_deleted_rows", 0))
 
 
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
@@ -344,6 +359,7 @@ def _save(
     user_metadata: str | None = None,
     txn: Txn | None = None,
     properties: Mapping[str, str] | None = None,
+    merge_schema: bool = False,
 ) -> WriteResult:
     writer = df.write.format("delta").mode(mode).options(**(properties or {}))  # taken when it creates the table
     if user_metadata:
@@ -356,7 +372,7 @@ def _save(
         writer = writer.option("replaceWhere", replace_where)
     if overwrite_schema:
         writer = writer.option("overwriteSchema", "true")
-    if mode == "append":
+    if mode == "append" or merge_schema:
         writer = writer.option("mergeSchema", "true")
     writer.save(uri)
     return last_commit(uri)

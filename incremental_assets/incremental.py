@@ -43,6 +43,12 @@ def incremental_models_in_run(context: AssetExecutionContext) -> list[str]:
     )
 
 
+def incremental_versions(graph) -> dict[str, str | None]:
+    """Every incremental asset of an asset graph (the definitions'), with its declared code version:
+    the tables whose fingerprints hold the source rules (plans.current_fingerprints)."""
+    return {node.key.path[-1]: node.code_version for node in graph.asset_nodes if node.tags.get(INCREMENTAL_TAG) == "true"}
+
+
 def incremental_asset(
     name: str | None = None,
     *,
@@ -54,8 +60,10 @@ def incremental_asset(
     one_row_per_key: bool = False,
     description: str | None = None,
     group_name: str = INCREMENTAL_GROUP,
+    code_version: str | None = None,
 ):
-    """Declare an incremental asset from `build(events, limits[, settings]) -> DataFrame` (see module doc)."""
+    """Declare an incremental asset from `build(events, limits[, settings]) -> DataFrame` (see module doc).
+    `code_version`: change it when the build's logic changes; the plan then rebuilds the table."""
     table = delta_table(
         write_mode, keys=keys, partition_by=partition_by, progress=Progress.INCREMENTAL.value, change_feed=change_feed,
         stats_columns=stats_columns, one_row_per_key=one_row_per_key,
@@ -72,6 +80,7 @@ def incremental_asset(
             tags={INCREMENTAL_TAG: "true"},
             metadata=table,
             description=description or build.__doc__,
+            code_version=code_version,
         )
         def _incremental(
             context: AssetExecutionContext, batch: RunBatch, manifest: ManifestResource, settings: IncrementalSettings

@@ -3,7 +3,7 @@
 from dagster import AssetSelection, define_asset_job
 
 from incremental_assets.assets.sample import atomic_events
-from incremental_assets.names import BASE_GROUP, DAILY_AGGREGATES, DAILY_JOB, INCREMENTAL_GROUP, INCREMENTAL_JOB
+from incremental_assets.names import BASE_GROUP, DAILY_AGGREGATES, DAILY_JOB, INCREMENTAL_JOB, INCREMENTAL_TAG
 from incremental_assets.resources.manifests import DAILY_MANIFEST
 from incremental_assets.run_log import record_failed, record_processed
 
@@ -16,7 +16,8 @@ WAREHOUSE_WRITER_TAGS = {"incremental_assets/writes": "warehouse"}
 
 incremental_job = define_asset_job(
     INCREMENTAL_JOB,
-    selection=AssetSelection.groups(BASE_GROUP, INCREMENTAL_GROUP) | AssetSelection.assets(DAILY_MANIFEST),
+    # the base chain, every incremental asset (a user's own, in any group), the daily manifest
+    selection=AssetSelection.groups(BASE_GROUP) | AssetSelection.tag(INCREMENTAL_TAG, "true") | AssetSelection.assets(DAILY_MANIFEST),
     tags=WAREHOUSE_WRITER_TAGS,
     hooks=RUN_LOG_HOOKS,
     description="One incremental run: limits, session layer, events this run, then the incremental assets.",

@@ -6,6 +6,8 @@ QUARANTINE = "quarantined_sessions"
 EVENTS_THIS_RUN = "events_this_run"
 FILTERED_EVENTS = "filtered_events"
 DAILY_AGGREGATES = "daily_aggregates"
+ATTRIBUTES = "attributes"
+SESSIONS = "sessions"
 
 BASE_GROUP = "incremental_base"
 INCREMENTAL_GROUP = "incremental"

@@ -14,17 +14,19 @@ run log is kept, and the refresh holds its lease while it deletes.
 
 from uuid import uuid4
 
-from dagster import DagsterInstance, Failure, Nothing, OpExecutionContext, Out, Output, job, op
-from deltalake import DeltaTable
+from dagster import Config, DagsterInstance, Failure, MetadataValue, Nothing, OpExecutionContext, Out, Output, job, op
 
-from incremental_assets.delta_tables import table_exists
+from incremental_assets.delta_tables import table_exists, truncate
 from incremental_assets.jobs import WAREHOUSE_WRITER_TAGS
 from incremental_assets.logic.run_log import PROCESSED
 from incremental_assets.previews import markdown_table
 from incremental_assets.names import BASE_GROUP, DAILY_GROUP, INCREMENTAL_GROUP, NEW_EVENT_LIMITS
+from incremental_assets.plans import apply_plan, pending_plan
 from incremental_assets.resources.manifests import DAILY_MANIFEST, INCREMENTAL_MANIFEST, ManifestResource
 from incremental_assets.run_log import alive_in, record_failed
+from incremental_assets.resources.spark import SparkResource
 from incremental_assets.settings import IncrementalSettings
+from incremental_assets.utc import utcnow
 
 
 class RefreshNotAllowed(ValueError):
@@ -53,10 +55,12 @@ def refresh(settings: IncrementalSettings, instance: DagsterInstance, run_id: st
     tables = [table for table in derived_tables(settings) if table_exists(manifest.uri(table))]
     run_id = run_id or f"refresh-{uuid4()}"
     manifest.acquire(run_id, tables, None, alive_in(instance))
-    deleted = {}
+    state = {INCREMENTAL_MANIFEST, DAILY_MANIFEST}
+    # The asset tables through the write module (each takes the current schema at its next write),
+    # the manifests and fingerprints through the state store.
+    deleted = {table: truncate(manifest.uri(table)) for table in tables if table not in state}
+    deleted.update({table: rows for table, rows in manifest.reset().items() if table in tables})
     for table in tables:
-        metrics = DeltaTable(manifest.uri(table)).delete()
-        deleted[table] = int(metrics.get("num_deleted_rows", 0))
         manifest.record(run_id, table, PROCESSED, {"rows_updated": deleted[table]}, message="full refresh: rows deleted")
     return deleted
 
@@ -81,3 +85,37 @@ def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> 
 )
 def refresh_job():
     full_refresh()
+
+
+class ApplyConfig(Config):
+    forward_only: bool = False
+
+
+@op(out=Out(Nothing), description="Carry out the plan between the tables' fingerprints and the current settings.")
+def apply_settings_plan(
+    context: OpExecutionContext, config: ApplyConfig, settings: IncrementalSettings, manifest: ManifestResource,
+    spark: SparkResource,
+) -> Output:
+    from incremental_assets.runner import incremental_of  # the definitions' incremental assets
+
+    incremental = incremental_of(settings)
+    changes, current = pending_plan(settings, manifest, incremental, config.forward_only)
+    if changes.empty:
+        return Output(None, metadata={"plan": "nothing to apply: every table was built under the current settings"})
+    before = apply_plan(settings, changes, current, manifest, lambda: spark.spark_session, context.run_id,
+                        alive_in(context.instance), utcnow().date(), incremental)
+    return Output(None, metadata={
+        "plan": MetadataValue.md("\n".join(f"- {change.describe()}" for change in changes.changes)),
+        "rows_before": markdown_table(["table", "rows before"], sorted(before.items())),
+        "next": "the source sensor requests the runs that rebuild what the plan emptied; the daily sensor the days it marked",
+    })
+
+
+@job(
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks={record_failed},
+    description="Apply the plan of a settings change (incremental-assets plan shows it): launch with "
+    "ops.apply_settings_plan.config.forward_only true to rebuild nothing and apply it from now on.",
+)
+def apply_plan_job():
+    apply_settings_plan()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 from dataclasses import dataclass, field
+from uuid import uuid4
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from incremental_assets import environment
+from incremental_assets import environment, previews
 from incremental_assets.assets.daily import day_range, days_window_tags, requested_day_ranges
 from incremental_assets.atomic_events import require_processable
+from incremental_assets.incremental import incremental_versions
 from incremental_assets.loader import Load, LoadOptions, load
 from incremental_assets.logic.arrivals import Arrival, ArrivalBounds
 from incremental_assets.logic.days import (
@@ -27,19 +29,21 @@ from incremental_assets.logic.days import (
     contiguous_ranges,
     days_to_process,
 )
-from incremental_assets.logic.run_log import ROWS_KEPT, ROWS_READ, skip_reasons
+from incremental_assets.logic.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.names import (
     DAILY_JOB,
     EVENTS_THIS_RUN,
     FILTERED_EVENTS,
     INCREMENTAL_JOB,
-    INCREMENTAL_TAG,
     LIFECYCLE,
     NEW_EVENT_LIMITS,
     QUARANTINE,
 )
+from incremental_assets.logic.fingerprints import Plan
 from incremental_assets.logic.limits import RunLimits, load_days, next_standard_lower, run_limits
+from incremental_assets.plans import apply_plan, pending_plan
 from incremental_assets.resources.manifests import ManifestResource
+from incremental_assets.run_log import alive_in
 from incremental_assets.run_state import materialization_metadata
 from incremental_assets.settings import IncrementalSettings
 from incremental_assets.utc import UTC_TIMESTAMP, aware, utcnow
@@ -227,10 +231,12 @@ class Preview:
     window_events: int
     new_events: int
     days_to_recompute: list[str]
+    plan: Plan = field(default_factory=Plan)
 
     def describe(self) -> str:
         return "\n".join(
             [
+                *([] if self.plan.empty else [*self.plan.describe(), ""]),
                 *self.limits.log_lines,
                 f"Incremental assets: {', '.join(self.models)}",
                 f"Source events in the window: {self.window_events} ({self.new_events} not yet in filtered_events)",
@@ -241,12 +247,7 @@ class Preview:
 
 def incremental_models(settings: IncrementalSettings) -> list[str]:
     """The incremental assets a run of the incremental job holds (the manifest tracks these)."""
-    from incremental_assets.definitions import build_definitions
-
-    layer = build_definitions(settings).resolve_job_def(INCREMENTAL_JOB).asset_layer
-    return sorted(
-        key.path[-1] for key in layer.selected_asset_keys if layer.asset_graph.get(key).tags.get(INCREMENTAL_TAG) == "true"
-    )
+    return sorted(incremental_of(settings))
 
 
 def preview(settings: IncrementalSettings, now: datetime | None = None) -> Preview:
@@ -255,7 +256,8 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     New events are the window's events whose event_id filtered_events does not hold yet; the days
     follow from them by the day-selection rule (before session completion and filters, so an
     estimate that errs on the side of showing a day)."""
-    models = incremental_models(settings)
+    incremental = incremental_of(settings)
+    models = sorted(incremental)
     now = now or utcnow()
     require_processable(environment.source_table_uri(), settings)
     manifest = ManifestResource()
@@ -280,7 +282,8 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
         settings.min_rows_to_process, "preview",
     )
     days = sorted(str(d) for d, status in changed.items() if status.status == TO_PROCESS)
-    return Preview(limits, models, len(window), len(new), days)
+    changes, _ = pending_plan(settings, manifest, incremental)
+    return Preview(limits, models, len(window), len(new), days, changes)
 
 
 def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
@@ -369,3 +372,57 @@ def apply_days_changed_by(settings: IncrementalSettings, run_id: str, instance: 
     waiting = [day for day, status in ManifestResource().days().items()
                if status.last_run_id == run_id and status.status in (DEFERRED, BEYOND_HORIZON) and day <= utcnow().date()]
     return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(waiting)]
+
+
+def incremental_of(settings: IncrementalSettings) -> dict[str, str | None]:
+    """The definitions' incremental assets and their code versions (what the plan fingerprints)."""
+    from incremental_assets.definitions import build_definitions
+
+    return incremental_versions(build_definitions(settings).resolve_asset_graph())
+
+
+@dataclass
+class Applied:
+    """A plan carried out: its rows before, per table, and the runs that rebuilt what it emptied."""
+
+    plan: Plan
+    before: dict[str, int] = field(default_factory=dict)
+    after: dict[str, int] = field(default_factory=dict)
+    runs: list[RunSummary] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return all(run.success for run in self.runs)
+
+
+def apply_changes(
+    settings: IncrementalSettings, forward_only: bool = False, instance: DagsterInstance | None = None, report=print,
+    now: str | None = None,
+) -> Applied:
+    """`incremental-assets apply`: the pending plan carried out (plans.apply_plan), then runs until
+    the tables it emptied are rebuilt and the days it marked are recomputed; the rows of each table
+    before and after go to the run log."""
+    from incremental_assets.resources.spark import build_spark_session
+
+    instance = instance_or_default(instance)
+    incremental = incremental_of(settings)
+    changes, current = pending_plan(settings, ManifestResource(), incremental, forward_only)
+    for line in changes.describe()[: -1 if not changes.empty else None]:  # not "nothing is written until..."
+        report(line)
+    applied = Applied(changes)
+    if changes.empty:
+        return applied
+    run_id = f"apply-{uuid4()}"
+    manifest = ManifestResource()
+    applied.before = apply_plan(settings, changes, current, manifest, build_spark_session, run_id, alive_in(instance),
+                                utcnow().date(), incremental)
+    report("Applied" + (" forward-only: nothing rebuilt" if forward_only else "; rebuilding:"))
+    if not forward_only:
+        applied.runs = run_until_caught_up(settings, report=lambda line: report(f"  run: {line}"), instance=instance, now=now)
+        applied.runs += process_marked_days(settings, instance)
+        for table in applied.before:
+            applied.after[table] = previews.row_count(manifest.uri(table)) or 0
+            manifest.record(run_id, table, PROCESSED, {"dagster/row_count": applied.after[table]},
+                            message=f"rebuilt after the plan: {applied.before[table]} rows before, {applied.after[table]} after")
+            report(f"  {table:<28} {applied.before[table]:>8} rows before {applied.after[table]:>8} after")
+    return applied

@@ -83,6 +83,11 @@ class IncrementalSettings(ConfigurableResource):
     min_rows_to_process: int = Field(default=1, description="Pending late events needed to recompute a day (>= 1)")
     allow_null_dvce_tstamps: bool = Field(default=False, description="Late-sent filter falls back to collector_tstamp")
     allow_refresh: bool = Field(default=False, description="Required for a full refresh of manifests and tables")
+    apply_additive_changes: bool = Field(
+        default=False,
+        description="Attributes added or removed are applied by themselves (the source sensor requests apply_plan_job); "
+        "other changes wait for `incremental-assets apply`",
+    )
     session_identifiers: list[str] = Field(
         default_factory=lambda: ["domain_sessionid"], description="Session id: first non-null of these columns"
     )

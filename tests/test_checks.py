@@ -236,7 +236,8 @@ def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered
     def reconcile(stored_counts):
         rows = spark.createDataFrame(stored_counts, "attribute_key string, event_date date, events long")
         delta_tables.write(spark, rows, f"{warehouse}/{DAILY_AGGREGATES}", WriteMode.REPLACE)
-        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=events, settings=settings))
+        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=events, settings=settings,
+                             manifest=ManifestResource()))
         return outputs[-1]
 
     clean = reconcile([("u1", date(2024, 3, 1), 1), ("u2", date(2024, 3, 1), 1)])

@@ -34,6 +34,7 @@ from incremental_assets.logic.days import (
     days_to_process,
     mismatched_days,
 )
+from incremental_assets.plans import start_writing
 from incremental_assets.run_state import RunPlan
 from incremental_assets.previews import markdown_table
 from incremental_assets.names import DAILY_AGGREGATES, DAILY_GROUP, FILTERED_EVENTS, NEW_EVENT_LIMITS
@@ -137,7 +138,10 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         description="One row per (attribute_key, event_date) with an exact per-day partial of every declared "
         "attribute. A partition is always recomputed whole from filtered_events (replaceWhere on its days).",
     )
-    def daily_aggregates(context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings):
+    def daily_aggregates(
+        context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings, manifest: ManifestResource
+    ):
+        start_writing(context, settings, manifest)  # a day aggregated under other definitions would mix
         window = partition_window("event_date", context.partition_time_window)
         day_events = filtered_events.where(window.condition(filtered_events.schema["event_date"].dataType))
         partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()

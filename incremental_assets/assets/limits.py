@@ -23,6 +23,7 @@ from incremental_assets.atomic_events import SourceContractError, arrived_since,
 from incremental_assets.delta_log import snapshot
 from incremental_assets.environment import source_table_uri, table_uri
 from incremental_assets.incremental import incremental_models_in_run
+from incremental_assets.plans import start_writing
 from incremental_assets.io_managers.delta import delta_table
 from incremental_assets.logic.arrivals import NOTHING_ARRIVED, Arrival, ArrivalBounds, CountedArrivals, stranded
 from incremental_assets.logic.limits import ManifestEntry, RunLimits, keyhole_limits, next_standard_lower, run_limits
@@ -102,6 +103,7 @@ def new_event_limits(
     limits = decide_limits(config, settings, entries, models)
     for line in limits.log_lines:
         context.log.info(line)
+    start_writing(context, settings, manifest, limits)  # refused while a plan is pending; the lease
     plan, note = plan_run(limits, settings, entries, models, source_table_uri(), previews.read_rows(table_uri(NEW_EVENT_LIMITS)))
     if note:
         context.log.info(note)

@@ -49,7 +49,7 @@ from incremental_assets.logic.limits import Cursor
 from incremental_assets.names import EVENTS_THIS_RUN, INCREMENTAL_JOB, NEW_EVENT_LIMITS
 from incremental_assets.resources.manifests import ManifestResource
 from incremental_assets.resources.spark import SparkResource
-from incremental_assets.run_log import alive_in, as_markdown
+from incremental_assets.run_log import as_markdown
 from incremental_assets.run_state import (
     RunBatch,
     RunPlan,
@@ -183,12 +183,6 @@ class DeltaIOManager(ConfigurableIOManager):
             context.log.info(f"{name} is already at {cursor.entry.position}, past this run's upper limit: nothing to do")
             context.add_output_metadata({"skipped": "already ahead of this run's window"})
             return
-        if isinstance(obj, RunPlan) or spec.progress is Progress.DAILY:
-            # A run's first write: it takes the run log's lease for every asset the run writes.
-            selected = context.step_context.job_def.asset_layer.selected_asset_keys
-            limits = obj.limits if isinstance(obj, RunPlan) else None
-            assets = sorted(k.path[-1] for k in selected)
-            self.manifest.acquire(context.run_id, assets, limits, alive_in(context.step_context.instance))
         if isinstance(obj, RunPlan):
             self._write_run_record(context, spec, obj, uri)
             return
@@ -204,7 +198,19 @@ class DeltaIOManager(ConfigurableIOManager):
             per_day = _value(context.output_metadata.get(EVENTS_PER_DAY)) or {}
             days = [date.fromisoformat(key) for key in context.asset_partition_keys]
             self.manifest.mark_processed(days, {date.fromisoformat(d): n for d, n in per_day.items()}, context.run_id)
-        context.add_output_metadata({"run_log": as_markdown(self.manifest.appended_here(context.run_id))})
+        context.add_output_metadata({
+            "run_log": as_markdown(self.manifest.appended_here(context.run_id)), **self._fingerprint(name),
+        })
+
+    def _fingerprint(self, table: str) -> dict[str, Any]:
+        """What the table was built under (its fingerprint's digest, since when): for people."""
+        stored = self.manifest.fingerprints().get(table)
+        if stored is None:
+            return {}
+        shown = {"fingerprint": stored.fingerprint.digest, "fingerprint_since": str(stored.since)}
+        if stored.effective_from is not None:
+            shown["fingerprint_effective_from"] = str(stored.effective_from)
+        return shown
 
     def _write_run_record(self, context: OutputContext, spec: TableSpec, plan: RunPlan, uri: str) -> None:
         """The run's plan, one row appended with deltalake: no Spark job for a row per run."""

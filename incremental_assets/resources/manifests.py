@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import date, timedelta
 from typing import Any, Callable, Mapping
 
@@ -24,7 +24,8 @@ from pydantic import Field
 from incremental_assets import previews
 from incremental_assets.delta_tables import data_files
 from incremental_assets.environment import table_uri, warehouse_root
-from incremental_assets.logic.days import DayStatus, mark_processed
+from incremental_assets.logic.days import TO_PROCESS, DayStatus, mark_processed
+from incremental_assets.logic.fingerprints import Fingerprint, Stored
 from incremental_assets.logic.limits import Cursor, ManifestEntry, RunLimits
 from incremental_assets.logic.run_log import (
     FAILED,
@@ -42,6 +43,7 @@ from incremental_assets.utc import UTC_TIMESTAMP, aware, naive, utcnow
 INCREMENTAL_MANIFEST = "incremental_manifest"
 DAILY_MANIFEST = "daily_aggregation_manifest"
 RUN_LOG = "run_log"
+FINGERPRINTS = "table_fingerprints"  # per table: the settings and definitions its content was built under
 LEASE_DAYS = 7  # a lease is looked for among this many days of records: no run lives longer
 COMPACT_FILES = 100  # run_log files in its recent days beyond which a run's lease compacts them
 LEASE_ATTEMPTS = 5  # reads and tries to take the lease, while other writers append meanwhile
@@ -74,6 +76,16 @@ DAILY_SCHEMA = pa.schema(
         ("status", pa.string()),
         ("last_processed_at", UTC_TIMESTAMP),
         ("last_run_id", pa.string()),
+    ]
+)
+FINGERPRINT_SCHEMA = pa.schema(
+    [
+        pa.field("table", pa.string(), nullable=False),
+        ("digest", pa.string()),
+        ("fingerprint", pa.string()),  # JSON: logic.fingerprints.Fingerprint
+        ("since", UTC_TIMESTAMP),
+        ("effective_from", pa.date32()),  # a forward-only change: the day it applies from
+        ("run_id", pa.string()),
     ]
 )
 RUN_LOG_SCHEMA = pa.schema(
@@ -120,6 +132,40 @@ class ManifestResource(ConfigurableResource):
             self._upsert(INCREMENTAL_MANIFEST, [row], MANIFEST_SCHEMA, key="model")
         return entry
 
+    def forget(self, models: list[str]) -> None:
+        """Delete the manifest rows of `models`: their next run backfills them from start_date (state 2).
+        The manifest holds a row per asset: it is rewritten without theirs, in one commit."""
+        rows = previews.read_rows(self.uri(INCREMENTAL_MANIFEST)) or []
+        kept = [row for row in rows if row["model"] not in models]
+        if len(kept) < len(rows):
+            write_deltalake(self.uri(INCREMENTAL_MANIFEST), pa.Table.from_pylist(kept, MANIFEST_SCHEMA), mode="overwrite")
+
+    # -- table fingerprints -----------------------------------------------------------------------
+    def fingerprints(self) -> dict[str, Stored]:
+        rows = previews.read_rows(self.uri(FINGERPRINTS)) or []
+        return {row["table"]: Stored(Fingerprint.from_json(row["fingerprint"]), naive(row["since"]), row["effective_from"])
+                for row in rows}
+
+    def record_fingerprints(
+        self, fingerprints: Mapping[str, Fingerprint], run_id: str, effective_from: date | None = None
+    ) -> None:
+        """Record what these tables are now built under (after the writes that made them so)."""
+        now = utcnow()
+        rows = [{"table": table, "digest": f.digest, "fingerprint": f.as_json(), "since": now,
+                 "effective_from": effective_from, "run_id": run_id} for table, f in fingerprints.items()]
+        if rows:
+            self._upsert(FINGERPRINTS, rows, FINGERPRINT_SCHEMA, key="table")
+
+    def reset(self) -> dict[str, int]:
+        """A full refresh: both manifests and the fingerprints emptied (every table is rebuilt under
+        the settings it then has); the rows deleted, per table. The daily manifest's record of the
+        filtered_events version it has counted stays: the rebuild's inserts come after it."""
+        deleted = {}
+        for table in (INCREMENTAL_MANIFEST, DAILY_MANIFEST, FINGERPRINTS):
+            if previews.table_version(self.uri(table)) is not None:
+                deleted[table] = int(DeltaTable(self.uri(table)).delete().get("num_deleted_rows", 0))
+        return deleted
+
     # -- daily aggregation manifest -------------------------------------------------------
     def days(self) -> dict[date, DayStatus]:
         rows = previews.read_rows(self.uri(DAILY_MANIFEST)) or []
@@ -141,6 +187,17 @@ class ManifestResource(ConfigurableResource):
         rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]
         self._upsert(DAILY_MANIFEST, rows, DAILY_SCHEMA, key="event_date", txn=txn)
 
+    def reset_days(self) -> None:
+        """Forget every day (filtered_events is rebuilt: its days come back as new arrivals). The
+        filtered_events version the manifest has counted stays: the rebuild's inserts come after it."""
+        if previews.table_version(self.uri(DAILY_MANIFEST)) is not None:
+            DeltaTable(self.uri(DAILY_MANIFEST)).delete()
+
+    def mark_to_process(self, days: list[date], run_id: str) -> None:
+        """Mark days to be recomputed whole (the daily sensor, or `run`, requests them)."""
+        known = self.days()
+        self.save_days([replace(known[day], status=TO_PROCESS, last_run_id=run_id) for day in days if day in known])
+
     def mark_processed(self, days: list[date], events_per_day: Mapping[date, int], run_id: str) -> None:
         """Days recomputed whole from filtered_events: their pending late events are now applied."""
         known = self.days()
@@ -161,8 +218,13 @@ class ManifestResource(ConfigurableResource):
         rows = previews.read_rows(self.uri(RUN_LOG), filters=filters or None) or []
         return sorted(rows, key=lambda row: row["recorded_at"])
 
-    def acquire(self, run_id: str, assets: list[str], limits: RunLimits | None, alive: Callable[[Record], bool]) -> None:
-        """Record Processing for every asset the run writes: the lease.
+    def acquire(
+        self, run_id: str, assets: list[str], limits: RunLimits | None, alive: Callable[[Record], bool],
+        adopt: Mapping[str, Fingerprint] | None = None,
+    ) -> None:
+        """Record Processing for every asset the run writes: the lease. Tables without a fingerprint
+        yet (`adopt`: new, or built by an earlier release) are recorded under the current settings
+        once it is held.
 
         The records commit only if the run log has not changed since this run read it (a Delta MERGE,
         which conflicts with any append made meanwhile), so of two runs taking it at the same moment
@@ -192,6 +254,7 @@ class ManifestResource(ConfigurableResource):
                 )
             processing = [self._row(run_id, asset, PROCESSING, limits, pid=os.getpid(), host=socket.gethostname()) for asset in assets]
             if self._log(processing, unchanged_since=(log, since)):
+                self.record_fingerprints(adopt or {}, run_id)
                 return
         raise LeaseHeld(f"Could not take the run log's lease in {LEASE_ATTEMPTS} tries: other writers kept appending to {self.uri(RUN_LOG)}")
 

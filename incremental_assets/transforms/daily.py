@@ -58,6 +58,16 @@ def daily_partials(events: DataFrame, specs: list[AttributeSpec], key: str) -> D
     )
 
 
+def with_partials(stored: DataFrame, events: DataFrame, specs: list[AttributeSpec], key: str) -> DataFrame:
+    """Stored daily rows with the partials of `specs` (re)computed from `events`, every other column
+    as it is: an attribute added or redefined, applied to days already aggregated."""
+    if not specs:
+        return stored
+    partials = daily_partials(events, specs, key).drop("events")
+    kept = stored.drop(*[spec.partial for spec in specs])
+    return kept.join(partials, ["attribute_key", "event_date"], "left")
+
+
 def _combine(spec: AttributeSpec, reference_day: date) -> Column:
     partial = F.col(spec.partial)
     if spec.days is not None:

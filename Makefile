@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Debian's Chromium, for the browser test (tests/test_ui_browser.py).
+# Debian's Chromium, for the browser test (tests/system/test_ui_browser.py).
 CHROMIUM := /usr/bin/chromium
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
@@ -17,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,connect]"
+	$(BIN)/pip install --quiet -e ".[test,connect,bench]"
 	touch $(STAMP)
 
 demo: setup
@@ -25,9 +25,9 @@ demo: setup
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
 test: setup $(CHROMIUM)
-	$(BIN)/pytest -q -p no:cacheprovider -m "not soak"
+	$(BIN)/pytest -q -p no:cacheprovider -m "not soak" -n 2 --dist loadfile
 
-# tests/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
+# tests/system/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
 # downloads are not used): installed once, as root, when it is missing.
 $(CHROMIUM):
 	@test "$$(id -u)" = 0 || { echo "make test needs Debian's chromium at $@: apt-get install chromium (as root)" >&2; exit 1; }
@@ -44,10 +44,10 @@ bench: setup
 bench-maintenance: setup
 	$(BIN)/python benchmarks/maintenance.py --runs 50
 
-# Not part of make test (about 30 minutes): the batching property searched longer (hypothesis'
-# soak profile), and the crash matrix (tests/test_crash_safety.py, a process per failure).
+# Not part of make test: the batching property searched longer (hypothesis' soak profile), and the
+# crash matrix (tests/soak/, a process per failure).
 soak: setup
-	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider tests/test_batching_invariance.py tests/test_crash_safety.py
+	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider -m "soak or property" -n 2 --dist loadfile
 
 ui: setup
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml

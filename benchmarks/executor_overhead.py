@@ -23,10 +23,10 @@ from dagster import (
     multiprocess_executor,
     reconstructable,
 )
-
 from pyspark.sql import functions as F
 
-from incremental_assets.resources.spark import SparkResource
+from incremental_assets.lib.spark import SparkResource
+
 from measure import cold_spark_start_seconds, save_results
 
 

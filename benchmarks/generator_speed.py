@@ -15,9 +15,10 @@ import tempfile
 import time
 from datetime import date, timedelta
 
-from incremental_assets.resources.spark import build_spark_session
-from incremental_assets.sample.generator import SampleParams, generate_table
-from incremental_assets.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.sample.generator import SampleParams, generate_table
+from incremental_assets.lib.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.spark import build_spark_session
+
 from measure import save_results
 
 DAYS = 90

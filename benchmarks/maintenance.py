@@ -16,15 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import Bench
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from bench import Bench
-from incremental_assets import environment
 from incremental_assets.definitions import build_definitions
-from incremental_assets.maintenance import maintained_tables
-from incremental_assets.resources.manifests import RUN_LOG
-from incremental_assets.sample.stream import append_hours
+from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import RUN_LOG, maintained_tables
+from incremental_assets.lib.sample.stream import append_hours
+
 from measure import save_results
 
 REPS = 3

@@ -15,7 +15,7 @@ def cold_spark_start_seconds(session_args: str = "") -> float:
     `session_args`: keyword arguments of build_spark_session, as Python source."""
     code = (
         "import time; t = time.perf_counter();"
-        "from incremental_assets.resources.spark import build_spark_session;"
+        "from incremental_assets.lib.spark import build_spark_session;"
         f"build_spark_session({session_args}); print(time.perf_counter() - t)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

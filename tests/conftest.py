@@ -1,15 +1,17 @@
-"""One Spark session for the whole test run, with the production Delta configuration."""
+"""One Spark session per test process (each xdist worker has its own), with the production Delta
+configuration; each test marked with its tier, the folder it lives in."""
 
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from incremental_assets.resources.spark import SparkResource, build_spark_session
+from incremental_assets.lib.spark import SparkResource, build_spark_session
 
 TEST_SHUFFLE_PARTITIONS = 2
 
@@ -21,6 +23,16 @@ os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="incremental-assets-dagster-home-")
 # A test's Python UDF runs in this interpreter, with the project's packages (not the system's python3).
 os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+TIERS = ("unit", "spark", "components", "pipeline", "system", "soak")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        tier = next((part for part in item.path.relative_to(Path(__file__).parent).parts if part in TIERS), None)
+        if tier is not None:
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")

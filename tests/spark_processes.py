@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pyspark
 
-from incremental_assets.resources.spark import connect_server_command
+from incremental_assets.lib.spark import connect_server_command
 
 SPARK_HOME = Path(pyspark.__file__).parent
 LOCALHOST = "127.0.0.1"

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
-from incremental_assets import delta_tables
-from incremental_assets.loader import write_events
-from incremental_assets.runner import run_days, run_until_caught_up
-from incremental_assets.sample.generator import SampleParams, generate_table
-from incremental_assets.sample.stream import STREAM_SCHEMA
-from incremental_assets.settings import IncrementalSettings
+from incremental_assets.cli.runner import run_days, run_until_caught_up
+from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.sample.generator import SampleParams, generate_table
+from incremental_assets.lib.sample.stream import STREAM_SCHEMA
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.loader import write_events
 
 COMPARED = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "daily_aggregates", "attributes")
 # Columns that say when a run did something, not what the data is: left out of the comparison.
@@ -25,7 +25,7 @@ RUN_DEPENDENT = {"quarantined_sessions": ("quarantined_at",)}
 def comparable_tables(spark, warehouse: str | Path) -> dict[str, list[tuple]]:
     tables = {}
     for name in COMPARED:
-        table = delta_tables.read_table(spark, f"{warehouse}/{name}")
+        table = read_table(spark, f"{warehouse}/{name}")
         columns = sorted(c for c in table.columns if c not in RUN_DEPENDENT.get(name, ()))
         tables[name] = sorted(tuple(row) for row in table.select(*columns).collect())
     return tables

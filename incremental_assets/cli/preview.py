@@ -1,0 +1,105 @@
+"""`incremental-assets preview`: the next run's state, limits, new events and days, read without
+Spark and without writing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from incremental_assets.cli.runner import incremental_of
+from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import FILTERED_EVENTS
+from incremental_assets.lib.delta.log import stored_table
+from incremental_assets.lib.incremental.days import arrivals_from_rows, days_to_process
+from incremental_assets.lib.incremental.limits import RunLimits, load_days, run_limits
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.contract import require_processable
+from incremental_assets.lib.state.fingerprints import Plan
+from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.records import TO_PROCESS
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import UTC_TIMESTAMP, aware, utcnow
+
+
+@dataclass
+class Preview:
+    limits: RunLimits
+    models: list[str]
+    window_events: int
+    new_events: int
+    days_to_recompute: list[str]
+    plan: Plan = field(default_factory=Plan)
+
+    def describe(self) -> str:
+        return "\n".join(
+            [
+                *([] if self.plan.empty else [*self.plan.describe(), ""]),
+                *self.limits.log_lines,
+                f"Incremental assets: {', '.join(self.models)}",
+                f"Source events in the window: {self.window_events} ({self.new_events} not yet in filtered_events)",
+                f"Days that would be recomputed: {', '.join(self.days_to_recompute) or 'none'}",
+            ]
+        )
+
+
+def preview(settings: IncrementalSettings, now: datetime | None = None) -> Preview:
+    """The next run's state, limits, new events and days to recompute: read without Spark, no writes.
+
+    New events are the window's events whose event_id filtered_events does not hold yet; the days
+    follow from them by the day-selection rule (before session completion and filters, so an
+    estimate that errs on the side of showing a day)."""
+    incremental = incremental_of(settings)
+    models = sorted(incremental)
+    now = now or utcnow()
+    require_processable(environment.source_table_uri(), settings)
+    state = StateStore()
+    limits = run_limits(
+        state.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
+    )
+    source = DeltaTable(environment.source_table_uri()).to_pyarrow_dataset()
+    ts = pc.field(settings.session_timestamp)
+    in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
+    load_day = settings.source_load_date_column
+    if load_day in source.schema.names:  # the load days a run reads, as it reads them
+        in_window = in_window & _loaded(load_day, *load_days(settings.session_timestamp, limits.lower, limits.upper))
+    window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
+    stored = _stored_event_ids(state.uri(FILTERED_EVENTS), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
+    new = [
+        {**r, "event_date": r["derived_tstamp"].date()}
+        for r in window
+        if r["event_id"] not in stored and r["derived_tstamp"] is not None
+    ]
+    changed = days_to_process(
+        arrivals_from_rows(new), state.days(), limits.upper, settings.start, settings.reprocess_days,
+        settings.min_rows_to_process, "preview",
+    )
+    days = sorted(str(d) for d, status in changed.items() if status.status == TO_PROCESS)
+    changes, _ = pending_plan(settings, state, incremental)
+    return Preview(limits, models, len(window), len(new), days, changes)
+
+
+def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
+    if not days:
+        return set()
+    table = stored_table(uri)
+    if table is None:
+        return set()
+    ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
+    return set(ids.column("event_id").to_pylist())
+
+
+def _loaded(load_day: str, first_day: date, last_day: date | None) -> pc.Expression:
+    """transforms.sessions._loaded as an Arrow filter: on a partition column it prunes files."""
+    day = pc.field(load_day)
+    loaded = day >= pa.scalar(first_day, pa.date32())
+    if last_day is not None:
+        loaded = loaded & (day <= pa.scalar(last_day, pa.date32()))
+    return loaded | day.is_null()
+
+
+def _utc(moment: datetime) -> pa.Scalar:
+    return pa.scalar(aware(moment), type=UTC_TIMESTAMP)

@@ -1,0 +1,351 @@
+"""Running the incremental job in-process (CLI, demo) and previewing the next run without writing."""
+
+from __future__ import annotations
+
+import fcntl
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from dagster import AssetKey, AssetMaterialization, DagsterInstance
+
+from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import (
+    ATOMIC_EVENTS,
+    DAILY_JOB,
+    EVENTS_THIS_RUN,
+    FILTERED_EVENTS,
+    INCREMENTAL_JOB,
+    LIFECYCLE,
+    NEW_EVENT_LIMITS,
+    QUARANTINE,
+    incremental_versions,
+)
+from incremental_assets.lib.delta.log import row_count, table_version
+from incremental_assets.lib.incremental.days import contiguous_ranges, day_range, days_window_tags, requested_day_ranges
+from incremental_assets.lib.incremental.limits import next_standard_lower
+from incremental_assets.lib.metadata import materialization_metadata
+from incremental_assets.lib.operations.apply import apply_plan
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds
+from incremental_assets.lib.source.loader import Load, LoadOptions, load
+from incremental_assets.lib.state.fingerprints import Plan
+from incremental_assets.lib.state.hooks import alive_in
+from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.records import BEYOND_HORIZON, DEFERRED
+from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import utcnow
+
+MAX_CATCH_UP_RUNS = 1000
+# The steps a window's events pass through, each accounting for what it read.
+WINDOW_STEPS = (LIFECYCLE, EVENTS_THIS_RUN, FILTERED_EVENTS)
+
+
+@dataclass(frozen=True)
+class WindowAccount:
+    """Every event a run's window read: stored in filtered_events, or counted under a reason."""
+
+    read: int
+    stored: int
+    counted: dict[str, int]
+
+    @property
+    def balanced(self) -> bool:
+        return self.read == self.stored + sum(self.counted.values())
+
+    def describe(self) -> str:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(self.counted.items()))
+        return f"read {self.read} = stored {self.stored} + counted {sum(self.counted.values())}" + (
+            f" ({reasons})" if reasons else "")
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    success: bool
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    daily_runs: list["RunSummary"] = field(default_factory=list)
+    days: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # the first failed step's error
+
+    def value(self, asset: str, key: str, default: Any = None) -> Any:
+        return self.metadata.get(asset, {}).get(key, default)
+
+    @property
+    def caught_up(self) -> bool:
+        """No source event lies past this run's window: every one loaded so far was inside one."""
+        return bool(self.value(EVENTS_THIS_RUN, "caught_up"))
+
+    @property
+    def window(self) -> WindowAccount | None:
+        """The account of the window's events, from the steps that read them (None: a step skipped)."""
+        steps = [self.metadata.get(step, {}) for step in WINDOW_STEPS]
+        if any(ROWS_READ not in step for step in steps):
+            return None
+        counted: dict[str, int] = {}
+        for step in steps:
+            for reason, n in skip_reasons(step).items():
+                counted[reason] = counted.get(reason, 0) + n
+        return WindowAccount(steps[0][ROWS_READ], steps[-1][ROWS_KEPT], counted)
+
+    def describe(self) -> str:
+        if not self.success and EVENTS_THIS_RUN not in self.metadata:  # it ended before its batch
+            error = self.error or "no step reported its error"
+            return error.split(". ")[0] if error.startswith("refused:") else f"failed: {error}"
+        batch = self.metadata.get(EVENTS_THIS_RUN, {})
+        new = self.value(FILTERED_EVENTS, "rows_inserted", 0)
+        parts = [
+            f"{batch.get('run_state', '?'):<12}",
+            f"[{batch.get('lower_limit')} .. {batch.get('upper_limit')}]",
+            f"events this run {batch.get('events_found', 0):>6}",
+            f"duplicates dropped {batch.get('duplicates_dropped', 0):>4}",
+            f"new events {new:>6}" if new else "no new events",
+            f"already stored {self.value(FILTERED_EVENTS, 'events_offered', 0) - new:>5}",
+            f"sessions quarantined {self.value(QUARANTINE, 'rows_inserted', 0)}",
+            f"days recomputed {sum(len(r.days) for r in self.daily_runs)}",
+        ]
+        if self.window is not None:
+            parts.append(f"| window: {self.window.describe()}")
+        unread = skip_reasons(self.metadata.get(NEW_EVENT_LIMITS, {}))
+        if unread:
+            parts.append(f"| arrived where no window reads: {unread}")
+        return "  ".join(parts)
+
+
+def settings_run_config(settings: IncrementalSettings) -> dict[str, Any]:
+    return {"resources": {"settings": {"config": settings.model_dump(include=set(IncrementalSettings.model_fields))}}}
+
+
+def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
+    """The given instance, or the project's (DAGSTER_HOME). Opened under a file lock: on a fresh
+    home, Dagster creates its SQLite tables when first opened, and two processes opening it at the
+    same moment would both try to ("table runs already exists")."""
+    if instance is not None:
+        return instance
+    home = environment.dagster_home()
+    with open(home / ".instance.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        instance = DagsterInstance.get()
+        instance.get_runs(limit=1)
+        instance.get_latest_materialization_event(AssetKey("none"))
+        instance.all_instigator_state()
+    return instance
+
+
+def record_source_load(instance: DagsterInstance, rows: int, how: str) -> None:
+    """A load into the source, recorded in the Dagster instance as a materialization of
+    atomic_events: the UI shows when the source last changed, and a run launched there finds its
+    upstream materialized."""
+    uri = environment.source_table_uri()
+    instance.report_runless_asset_event(AssetMaterialization(
+        ATOMIC_EVENTS, description=how, metadata={"rows_loaded": rows, "dagster/uri": uri, "delta_version": table_version(uri)},
+    ))
+
+
+def run_log_file() -> Path:
+    """Where the command line sends Dagster's event stream (the terminal gets a line per step)."""
+    return environment.dagster_home() / "logs" / "incremental-assets.log"
+
+
+def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=None, tags=None) -> RunSummary:
+    """Run a job of definitions built from these settings (so the daily partitions start at their
+    start_date), in this process."""
+    from incremental_assets.definitions import build_definitions
+
+    log_file = run_log_file()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
+    config = {**settings_run_config(settings), **loggers, **(run_config or {})}
+    result = build_definitions(settings).resolve_job_def(job_name).execute_in_process(
+        run_config=config, instance=instance, raise_on_error=False, tags=tags
+    )
+    if not result.success:  # steps skipped after a failure have no hook to close their records
+        StateStore().close_open(result.run_id, "the run failed before this asset was written")
+    metadata = {}
+    for event in result.get_asset_materialization_events():
+        values = materialization_metadata(event.materialization)
+        metadata.setdefault(event.asset_key.path[-1], {}).update(values)
+    steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
+    errors = [_root_cause(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps, error=errors[0] if errors else None)
+
+
+def _root_cause(error) -> str:
+    """The message of what went wrong, under Dagster's wrapping ("Error occurred while handling
+    output...") and without the error's class ("module.LeaseHeld: ")."""
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip()
+    prefix = f"{error.cls_name}: "
+    return message.split(prefix, 1)[1] if prefix in message.split("\n", 1)[0] else message
+
+
+def run_incremental(
+    settings: IncrementalSettings,
+    lower: str | None = None,
+    upper: str | None = None,
+    now: str | None = None,
+    instance: DagsterInstance | None = None,
+) -> RunSummary:
+    """One run of the incremental job in this process, then the daily partitions it marked."""
+    instance = instance_or_default(instance)
+    limits_config = {k: v for k, v in {"lower": lower, "upper": upper, "now": now}.items() if v is not None}
+    summary = _execute(INCREMENTAL_JOB, settings, instance, {"ops": {NEW_EVENT_LIMITS: {"config": limits_config}}})
+    if summary.success:
+        summary.daily_runs = process_marked_days(settings, instance)
+        summary.success = all(run.success for run in summary.daily_runs)
+    return summary
+
+
+def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None) -> RunSummary:
+    """daily_aggregates for the days [first, last] in one run (one Spark session), then attributes."""
+    summary = _execute(DAILY_JOB, settings, instance_or_default(instance), tags=days_window_tags(first, last))
+    summary.days = [d.isoformat() for d in day_range(first, last)]
+    return summary
+
+
+def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
+    """What the daily sensor does, in-process: one run per range of days marked to_process."""
+    return [run_days(settings, first, last, instance) for first, last in requested_day_ranges(StateStore().days(), utcnow().date())]
+
+
+def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -> list[RunSummary]:
+    """Runs until no source event lies past the last window: every event loaded so far was inside one."""
+    summaries = []
+    for _ in range(MAX_CATCH_UP_RUNS):
+        summary = run_incremental(settings, **kwargs)
+        summaries.append(summary)
+        report(summary.describe())
+        if not summary.success or summary.caught_up:
+            return summaries
+    raise RuntimeError(f"Not caught up after {MAX_CATCH_UP_RUNS} runs: raise backfill_limit_days")
+
+
+def incremental_models(settings: IncrementalSettings) -> list[str]:
+    """The incremental assets a run of the incremental job holds (the manifest tracks these)."""
+    return sorted(incremental_of(settings))
+
+
+@dataclass
+class LoadOutcome:
+    """A load, and the keyhole run that processed its rows behind the cursor (if any)."""
+
+    load: Load
+    keyhole: RunSummary | None = None
+    daily_runs: list[RunSummary] = field(default_factory=list)
+    command: str | None = None  # what processes the rows behind the cursor, when the load did not
+
+    @property
+    def success(self) -> bool:
+        return (self.keyhole is None or self.keyhole.success) and all(run.success for run in self.daily_runs)
+
+
+def arrival_bounds(settings: IncrementalSettings, now: datetime | None = None) -> ArrivalBounds:
+    """How the next run will see rows loaded now: behind the cursor, before start_date, in the future."""
+    entries = StateStore().entries()
+    lower = next_standard_lower(entries, incremental_models(settings), settings.lookback_window_hours)
+    return ArrivalBounds(datetime.combine(settings.start, time.min), now or utcnow(), lower)
+
+
+def load_export(
+    settings: IncrementalSettings, path: str, options: LoadOptions, dry_run: bool = False, process: bool = True,
+    instance: DagsterInstance | None = None, report=print,
+) -> LoadOutcome:
+    """`incremental-assets load`: the export checked, counted and written to the source table (all or
+    nothing), then its rows behind the incremental cursor processed by a keyhole run over exactly
+    their range, and the days that run changed recomputed, late or not (the manifest stays where it
+    is). With `process` False, the command that processes them is given instead."""
+    from incremental_assets.lib.source.loader import export_format
+    from incremental_assets.lib.spark import build_spark_session
+
+    export_format(path)  # a missing file or an unknown format costs no Spark start
+    result = load(build_spark_session(), path, environment.source_table_uri(), options, arrival_bounds(settings),
+                  settings.session_timestamp, dry_run=dry_run)
+    for line in result.describe():
+        report(line)
+    if result.written:
+        instance = instance_or_default(instance)
+        record_source_load(instance, result.rows, f"incremental-assets load {path}")
+    outcome = LoadOutcome(result)
+    if not result.arrivals[Arrival.BEHIND]:
+        return outcome
+    lower, upper = (moment.isoformat() for moment in (result.arrivals.behind_from, result.arrivals.behind_to))
+    outcome.command = f"incremental-assets run --lower {lower} --upper {upper}"
+    if dry_run or not process:
+        report(f"Process the rows behind the cursor with: {outcome.command}")
+        return outcome
+    report(f"Processing the rows behind the cursor: keyhole run over [{lower}, {upper}] (the manifest does not move)")
+    instance = instance_or_default(instance)
+    outcome.keyhole = run_incremental(settings, lower=lower, upper=upper, instance=instance)
+    report(f"  run: {outcome.keyhole.describe()}")
+    if outcome.keyhole.success:
+        outcome.daily_runs = apply_days_changed_by(settings, outcome.keyhole.run_id, instance)
+        for run in outcome.daily_runs:
+            report(f"  daily_aggregates {run.days[0]} .. {run.days[-1]}: {'ok' if run.success else 'FAILED'}")
+    return outcome
+
+
+def apply_days_changed_by(settings: IncrementalSettings, run_id: str, instance: DagsterInstance) -> list[RunSummary]:
+    """Recompute the days a run left waiting (late rows deferred or beyond the horizon): what an
+    operator's backfill would do, for rows they asked to process."""
+    waiting = [day for day, status in StateStore().days().items()
+               if status.last_run_id == run_id and status.status in (DEFERRED, BEYOND_HORIZON) and day <= utcnow().date()]
+    return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(waiting)]
+
+
+def incremental_of(settings: IncrementalSettings) -> dict[str, str | None]:
+    """The definitions' incremental assets and their code versions (what the plan fingerprints)."""
+    from incremental_assets.definitions import build_definitions
+
+    return incremental_versions(build_definitions(settings).resolve_asset_graph())
+
+
+@dataclass
+class Applied:
+    """A plan carried out: its rows before, per table, and the runs that rebuilt what it emptied."""
+
+    plan: Plan
+    before: dict[str, int] = field(default_factory=dict)
+    after: dict[str, int] = field(default_factory=dict)
+    runs: list[RunSummary] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        return all(run.success for run in self.runs)
+
+
+def apply_changes(
+    settings: IncrementalSettings, forward_only: bool = False, instance: DagsterInstance | None = None, report=print,
+    now: str | None = None,
+) -> Applied:
+    """`incremental-assets apply`: the pending plan carried out (plans.apply_plan), then runs until
+    the tables it emptied are rebuilt and the days it marked are recomputed; the rows of each table
+    before and after go to the run log."""
+    from incremental_assets.lib.spark import build_spark_session
+
+    instance = instance_or_default(instance)
+    incremental = incremental_of(settings)
+    changes, current = pending_plan(settings, StateStore(), incremental, forward_only)
+    for line in changes.describe()[: -1 if not changes.empty else None]:  # not "nothing is written until..."
+        report(line)
+    applied = Applied(changes)
+    if changes.empty:
+        return applied
+    run_id = f"apply-{uuid4()}"
+    state = StateStore()
+    applied.before = apply_plan(settings, changes, current, state, build_spark_session, run_id, alive_in(instance),
+                                utcnow().date(), incremental)
+    report("Applied" + (" forward-only: nothing rebuilt" if forward_only else "; rebuilding:"))
+    if not forward_only:
+        applied.runs = run_until_caught_up(settings, report=lambda line: report(f"  run: {line}"), instance=instance, now=now)
+        applied.runs += process_marked_days(settings, instance)
+        for table in applied.before:
+            applied.after[table] = row_count(state.uri(table)) or 0
+            state.record(run_id, table, PROCESSED, {"dagster/row_count": applied.after[table]},
+                            message=f"rebuilt after the plan: {applied.before[table]} rows before, {applied.after[table]} after")
+            report(f"  {table:<28} {applied.before[table]:>8} rows before {applied.after[table]:>8} after")
+    return applied

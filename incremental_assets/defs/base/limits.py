@@ -1,0 +1,168 @@
+"""new_event_limits: the window of this run, decided once and handed down the graph, and
+what arrived in the source since the last run looked (no row lost without a count)."""
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Mapping
+
+import deltalake
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    Config,
+    Definitions,
+    Failure,
+    MetadataValue,
+    Output,
+    asset_check,
+)
+from pydantic import Field
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import SparkSession
+
+from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_LIMITS
+from incremental_assets.lib.delta.log import read_rows, snapshot
+from incremental_assets.lib.delta.spec import delta_table
+from incremental_assets.lib.environment import source_table_uri, table_uri
+from incremental_assets.lib.incremental.asset import incremental_models_in_run, spark_delta_asset
+from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
+from incremental_assets.lib.incremental.plan import RunPlan, last_assessed, plan_from_row, run_arrival_bounds
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.arrivals import Arrival, CountedArrivals, stranded
+from incremental_assets.lib.source.contract import SourceContractError, arrived_since, require_processable
+from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.plan import start_writing
+from incremental_assets.lib.state.records import ManifestEntry
+from incremental_assets.lib.state.run_log import succeeded
+from incremental_assets.lib.state.store import StateStore, run_log_record, run_of
+from incremental_assets.lib.transforms.sessions import session_id, user_id
+from incremental_assets.lib.utc import naive, utcnow
+
+
+class LimitsConfig(Config):
+    """Leave empty for a normal run. lower + upper: a keyhole backfill that does not move the manifest."""
+
+    lower: str | None = Field(default=None, description="Keyhole backfill: lower limit (ISO timestamp, UTC)")
+    upper: str | None = Field(default=None, description="Keyhole backfill: upper limit (ISO timestamp, UTC)")
+    now: str | None = Field(default=None, description="Pin 'now' (ISO timestamp, UTC) to replay a past run")
+
+
+def _parse(name: str, value: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an ISO timestamp such as 2024-01-31T06:00:00 (got {value!r})") from None
+    return naive(moment)
+
+
+def decide_limits(
+    config: LimitsConfig, settings: IncrementalSettings, entries: Mapping[str, ManifestEntry], models: list[str]
+) -> RunLimits:
+    """An explicit window (keyhole) or the manifest's next one; `now` is evaluated once, here."""
+    if (config.lower is None) != (config.upper is None):
+        raise ValueError("A keyhole backfill needs both lower and upper")
+    now = _parse("now", config.now) if config.now else utcnow()
+    if config.lower is not None:
+        return keyhole_limits(_parse("lower", config.lower), _parse("upper", config.upper), now)
+    return run_limits(entries, models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now)
+
+
+def plan_run(
+    run_id: str, limits: RunLimits, settings: IncrementalSettings, entries: Mapping[str, ManifestEntry],
+    models: list[str], source: str, plans: list[dict] | None,
+) -> tuple[RunPlan, str | None]:
+    """The run's plan: its limits, its incremental assets with their manifest rows, and the rows
+    added to the source since the version the last run assessed (`plans`: the rows of
+    new_event_limits). A warehouse whose runs recorded none (it predates this record, or its source
+    table is another one now) starts counting from here: the note says so."""
+    decided = RunPlan(limits, run_id, tuple(models), {model: entries[model] for model in models if model in entries})
+    now = snapshot(deltalake.DeltaTable(source))
+    since = last_assessed(plans, now.table_id)
+    if since is None and any(entry.position for entry in entries.values()):
+        return replace(decided, source=now), f"Rows arriving in the source are counted from its version {now.version} on"
+    bounds = run_arrival_bounds(limits, settings.start, next_standard_lower(entries, models, settings.lookback_window_hours))
+    assessed, arrivals = arrived_since(source, since, bounds, settings.session_timestamp)
+    return replace(decided, source=assessed, arrivals=arrivals), None
+
+
+def require_identifier_sql(spark: SparkSession, uri: str, settings: IncrementalSettings) -> None:
+    """Raise SourceContractError when a configured identifier expression does not parse, or names
+    what the source lacks: Spark analyses it against the source's schema, and runs no job."""
+    for name, expression in (("session_identifier_sql", session_id), ("user_identifier_sql", user_id)):
+        if getattr(settings, name):
+            try:
+                spark.read.format("delta").load(uri).select(expression(settings)).schema
+            except (AnalysisException, ParseException) as error:
+                first_line = str(error).strip().splitlines()[0]
+                raise SourceContractError(f"{name} {getattr(settings, name)!r} cannot be used on {uri}: {first_line}") from None
+
+
+@spark_delta_asset(
+    name=NEW_EVENT_LIMITS,
+    deps=[ATOMIC_EVENTS],  # the source every run reads: its lineage edge
+    group_name=BASE_GROUP,
+    metadata=delta_table("append"),
+    description="The run's state (first run, new model, out of sync, standard, keyhole) and its window "
+    "[lower, upper] over the incremental assets of the run; one row per run, kept as history.",
+)
+def new_event_limits(
+    context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, state: StateStore,
+    spark: SparkResource,
+) -> Output[RunPlan]:
+    try:  # before this run writes anything, its record and lease included
+        require_processable(source_table_uri(), settings)
+        if settings.session_identifier_sql or settings.user_identifier_sql:  # Spark parses them
+            require_identifier_sql(spark.spark_session, source_table_uri(), settings)
+    except SourceContractError as error:
+        raise Failure(description=str(error)) from None
+    models = incremental_models_in_run(context)
+    entries = state.entries()
+    limits = decide_limits(config, settings, entries, models)
+    for line in limits.log_lines:
+        context.log.info(line)
+    start_writing(context, settings, state, (limits.lower, limits.upper))  # refused while a plan is pending; the lease
+    plans = read_rows(table_uri(NEW_EVENT_LIMITS))
+    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source_table_uri(), plans)
+    if note:
+        context.log.info(note)
+    if plan.arrivals.skipped():
+        context.log.warning(f"Rows read by no window of the incremental cursor: {plan.arrivals.skipped()}")
+    return Output(
+        plan,
+        metadata={"state_message": limits.log_lines[0], "incremental_assets": MetadataValue.json(models)},
+    )
+
+
+@asset_check(
+    asset=NEW_EVENT_LIMITS,
+    description="Warns about source rows behind the incremental cursor (an archive, a restored backup, another "
+    "loader's old rows) that no keyhole run has processed since they arrived: each run counts the rows that "
+    "arrived in the source since the last one looked, and a keyhole run over their range processes them.",
+)
+def source_rows_behind_the_cursor(state: StateStore) -> AssetCheckResult:
+    """Reads new_event_limits and, only when some rows wait, the run log: no Spark job."""
+    counted = [
+        CountedArrivals(row["run_id"], plan.source.version, plan.arrivals, None if plan.limits.moves_manifest else
+                        (plan.limits.lower, plan.limits.upper))
+        for row in read_rows(table_uri(NEW_EVENT_LIMITS)) or []
+        for plan in [plan_from_row(row)] if plan.source is not None
+    ]
+    waiting = any(c.arrivals[Arrival.BEHIND] or c.arrivals[Arrival.IN_KEYHOLE] for c in counted)
+    runs = succeeded(run_log_record(row) for row in state.run_log()) if waiting else set()
+    found = stranded(counted, runs)
+    rows = sum(s.rows for s in found)
+    return AssetCheckResult(
+        passed=not found,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "rows_behind_the_cursor": rows,
+            "ranges": MetadataValue.json([{"rows": s.rows, "from": str(s.start), "to": str(s.end), "counted_by": s.run_id,
+                                           "process_with": s.command} for s in found]),
+        },
+        description=f"{rows} source rows behind the cursor wait for a keyhole run, e.g. {found[0].command}" if found else None,
+    )
+
+
+def defs(settings: IncrementalSettings) -> Definitions:
+    return Definitions(assets=[new_event_limits], asset_checks=[source_rows_behind_the_cursor])

@@ -1,0 +1,241 @@
+"""The session layer: lifecycle manifest, quarantine, this run's batch, and `sessions`.
+
+Each asset returns its rows; the Delta IO manager writes them in the mode the asset declares.
+"""
+
+from datetime import date, timedelta
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetIn,
+    AssetOut,
+    Definitions,
+    Output,
+    asset_check,
+    multi_asset,
+)
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+
+from incremental_assets.lib.catalog import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
+from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.lib.delta.log import stored_table, table_exists
+from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
+from incremental_assets.lib.environment import source_table_uri, table_uri
+from incremental_assets.lib.incremental.asset import OWNERS, SPARK_DELTA, spark_delta_asset
+from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBatch, WindowRows
+from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.contract import with_optional_columns
+from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
+from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import sessions as T
+
+LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
+QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp, cap_tstamp timestamp"
+# The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
+# in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
+SESSIONS_RANKED_WHOLE = 30_000
+# Duplicated ids are broadcast as 64-bit hashes up to a million (tens of MB); more (a whole stream
+# loaded twice) are joined by a shuffle.
+BROADCAST_DUPLICATED_IDS = 1_000_000
+# The run's sessions (about 100 bytes each) are broadcast to the events up to this many: left to
+# Spark's 10 MB threshold, a first backfill's sessions planned a sort-merge join that shuffled every
+# wide event row before adaptive execution made it a broadcast.
+BROADCAST_SESSIONS = 500_000
+
+
+def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
+    """A table's stored rows as they are now (state from earlier runs, pinned to this version, so
+    that a write later in the step does not change them), or none before its first write."""
+    table = stored_table(uri)
+    if table is not None:
+        return spark.read.format("delta").option("versionAsOf", table.version()).load(uri)
+    return spark.createDataFrame([], schema)
+
+
+def must_write(rows: int, table: str) -> bool:
+    """An empty write is skipped, except the first: it creates the table later steps read."""
+    return rows > 0 or not table_exists(table_uri(table))
+
+
+def source_read(source: DataFrame, settings: IncrementalSettings) -> str:
+    """How the window's read of the source is bounded: an operator's first question when runs slow down."""
+    load_day = T.load_day_of(source, settings)
+    if load_day is not None:
+        return f"the load days a window can hold ({load_day})"
+    wanted = settings.source_load_date_column
+    return f"whole: the source has no {wanted} column (set source_load_date_column to its load-day column)"
+
+
+NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its upper limit: nothing new to process"}
+
+
+@spark_delta_asset(
+    name=LIFECYCLE,
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS)},
+    group_name=BASE_GROUP,
+    metadata=delta_table("upsert", keys=[T.SESSION], partition_by=["start_date"], one_row_per_key=True),
+    description="Start and end of every session (first user sticks, end capped at start + max_session_days), "
+    "so a new event for an old session re-processes the whole session without scanning all history.",
+)
+def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, spark: SparkResource):
+    """Hands on, with its rows, the first start day of the rows the window touched (changed, or
+    found at their cap): the batch quarantines the sessions at their cap from there."""
+    limits = plan.limits
+    if plan.nothing_new:  # every incremental asset of the run is past its window: no read
+        yield Output(Rows(None), metadata=NOTHING_NEW)
+        return
+    session = spark.spark_session
+    ts = settings.session_timestamp
+    source = read_table(session, source_table_uri())
+    quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
+    window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
+    groups = T.window_groups(T.classify_window(window, quarantined, settings), ts).cache()
+    drops = {r["drop_reason"]: r["events"] for r in groups.groupBy("drop_reason").agg(F.sum("events").alias("events")).collect()}
+    null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
+    # Only stored sessions that started within session_lookback_days are matched (and scanned).
+    floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
+    stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
+    changes = T.merge_lifecycle(T.new_session_candidates(groups), stored, settings.max_session_days)
+    at_cap = F.col(T.STORED_AT_CAP)
+    if drops.get(None):
+        changes = changes.cache()
+        changed = changes.agg(
+            F.count_if(~at_cap).alias("n"), F.count_if(at_cap).alias("at_cap"), F.min("start_date").alias("first_day")
+        ).first()
+    else:  # no eligible event, no change: a quiet hour skips the join with the stored sessions
+        changed = {"n": 0, "at_cap": 0, "first_day": None}
+    groups.unpersist()
+    metadata = {
+        "events_in_window": sum(drops.values()),
+        "eligible_events": drops.get(None, 0),
+        "null_cursor_rows": null_cursor_rows,
+        # the window's account: every row read is passed on (eligible) or counted under a reason
+        ROWS_READ: sum(drops.values()) + null_cursor_rows, ROWS_KEPT: drops.get(None, 0),
+        **{f"dropped_{reason}": n for reason, n in drops.items() if reason},
+        "sessions_new_or_changed": changed["n"],
+        "sessions_already_at_cap": changed["at_cap"],
+        "source_read": source_read(source, settings),
+    }
+    # A change starts no later than the stored row it updates: the MERGE reads from its first day on.
+    first_day = changed["first_day"]
+    written = changes.where(~at_cap).drop(T.STORED_AT_CAP) if must_write(changed["n"], LIFECYCLE) else None
+    note = {"touched_from": first_day.isoformat()} if first_day is not None else None
+    yield Output(
+        Rows(written, merge_floor=first_day, rows_at_most=changed["n"], decided_by=plan.run_id, note=note),
+        metadata=metadata,
+    )
+    changes.unpersist()
+
+
+@asset_check(
+    asset=LIFECYCLE,
+    blocking=True,
+    description="Each session stored once, with start <= end <= start + max_session_days; reads the rows "
+    "from the latest write's first changed day on. Blocks the batch, which would follow wrong bounds.",
+)
+def sessions_unique_and_within_cap(
+    context: AssetCheckExecutionContext, spark: SparkResource, settings: IncrementalSettings
+) -> AssetCheckResult:
+    write = latest_write(context, LIFECYCLE)
+    if write is None:
+        return nothing_written()
+    lifecycle = read_table(spark.spark_session, write["dagster/uri"])
+    floor = write.get(MERGE_FLOOR)
+    if floor:
+        lifecycle = lifecycle.where(F.col("start_date") >= F.lit(date.fromisoformat(floor)))
+    violations = C.lifecycle_violations(lifecycle, settings.max_session_days)
+    return from_offending_rows(violations, "lifecycle rows breaking a rule", f"start_date >= {floor or 'any'}")
+
+
+@multi_asset(
+    name="session_batch",
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS), "lifecycle": AssetIn(LIFECYCLE)},
+    description="The sessions active in the window, computed once: the ones to quarantine, and all their events.",
+    outs={
+        QUARANTINE: AssetOut(
+            group_name=BASE_GROUP,
+            kinds=SPARK_DELTA,
+            owners=OWNERS,
+            metadata=delta_table("merge_insert", keys=[T.SESSION], one_row_per_key=True),
+            description="Sessions that reached max_session_days (bots): their events stop being processed, so "
+            "they stop costing scans. Insert-only.",
+        ),
+        EVENTS_THIS_RUN: AssetOut(
+            group_name=BASE_GROUP,
+            kinds=SPARK_DELTA,
+            owners=OWNERS,
+            metadata=delta_table("replace", stats_columns=[]),  # read whole: statistics would not skip a file
+            description="Scratch table, replaced every run: every event of the sessions active in the window, "
+            "within each session's cap, deduplicated on event_id (earliest wins). Its metadata says what the "
+            "batch found; the incremental assets of the same run consume it.",
+        ),
+    },
+)
+def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSettings, spark: SparkResource):
+    """`lifecycle`: the table as this run's lifecycle step left it, with the day it touched from."""
+    limits = plan.limits
+    ts = settings.session_timestamp
+    # as the lifecycle step judged the window's events: before this step quarantines more sessions
+    quarantined = read_or_empty(spark.spark_session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
+    idle = plan.nothing_new
+    until = None if limits.moves_manifest else limits.now  # a keyhole: its sessions whole
+    active = T.sessions_this_run(lifecycle.frame, limits.lower, limits.upper, settings.max_session_days, until)
+    if idle:  # an empty batch, and no event after the window: its upper limit is 'now' (see nothing_new)
+        active, span = active.where(F.lit(False)), T.NO_SESSIONS
+    else:
+        active = active.cache()
+        span = T.sessions_span(active, settings.max_session_days)  # on the cached sessions: cheaper than an empty MERGE
+    at_cap = span["at_cap"]
+    # This run's window touched lifecycle rows from this day on (changed them, or found them at
+    # their cap): sessions at their cap that started before the window's sessions are quarantined
+    # too (the days before are left as they were).
+    touched = (lifecycle.note or {}).get("touched_from")
+    touched_from = date.fromisoformat(touched) if touched and not idle else None
+    capped_earlier = None
+    if touched_from is not None and touched_from <= T.earliest_start(limits.lower, settings.max_session_days).date():
+        capped_earlier = T.capped_before_window(lifecycle.frame, touched_from, limits.lower, settings.max_session_days).cache()
+        at_cap += capped_earlier.count()
+    quarantine = None
+    if must_write(at_cap, QUARANTINE):
+        quarantine = T.newly_quarantined(active, settings.max_session_days, limits.now)
+        if capped_earlier is not None:
+            quarantine = quarantine.unionByName(capped_earlier.withColumn("quarantined_at", F.lit(limits.now)))
+    yield Output(Rows(quarantine, rows_at_most=at_cap, decided_by=plan.run_id), QUARANTINE,
+                 metadata={"sessions_at_their_cap": at_cap})
+
+    source = with_optional_columns(read_table(spark.spark_session, source_table_uri()))
+    window = None if idle else (limits.lower, limits.upper)  # its every eligible event is accounted for
+    candidates = T.candidate_events(source, settings, span, quarantined, window)
+    sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
+    duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
+    if duplicated is not None:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
+        duplicated = F.broadcast(duplicated) if duplicated.count() <= BROADCAST_DUPLICATED_IDS else duplicated
+    found = NOTHING_FOUND
+    if span["sessions"]:  # counted while the IO manager writes them: one dedupe, not one more to count
+        found = (Observation(), Observation())
+        events = T.session_events(candidates, sessions_joined, settings, duplicated, observed=(found[0], window))
+        events = events.observe(found[1], *T.batch_counts(ts, window))
+    else:
+        events = T.session_events(candidates, sessions_joined, settings, duplicated)
+        if window is not None:  # no session of the run: an eligible event of its window is beyond its cap
+            beyond = T.within_window(candidates, ts, window).count()
+            found = Found(0, None, 0, WindowRows(0, beyond, 0))
+    next_event = None if idle else T.next_event_after(source, settings, limits.upper, limits.now)
+    yield Output(
+        RunBatch(events.drop(T.COPIES), limits, next_event, found, ts, plan.run_id),
+        EVENTS_THIS_RUN,
+        metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
+    )
+    active.unpersist()
+    for cached in (duplicated, capped_earlier):
+        if cached is not None:
+            cached.unpersist()
+
+
+def defs(settings: IncrementalSettings) -> Definitions:
+    return Definitions(assets=[sessions_lifecycle_manifest, session_batch], asset_checks=[sessions_unique_and_within_cap])

@@ -1,0 +1,1 @@
+"""The daily layer: the daily aggregation manifest, daily_aggregates (day partitions) and attributes."""

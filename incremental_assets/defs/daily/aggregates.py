@@ -1,0 +1,125 @@
+"""The daily layer: the daily aggregation manifest, daily_aggregates, attributes."""
+
+import warnings
+from datetime import date
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetIn,
+    BackfillPolicy,
+    BetaWarning,
+    DailyPartitionsDefinition,
+    Definitions,
+    MetadataValue,
+    Output,
+    asset_check,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
+from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.lib.delta.read import count_by, read_table
+from incremental_assets.lib.delta.spec import delta_table, partition_window
+from incremental_assets.lib.environment import table_uri
+from incremental_assets.lib.incremental.asset import spark_delta_asset
+from incremental_assets.lib.incremental.days import mismatched_days, processed_days
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.plan import start_writing
+from incremental_assets.lib.state.store import StateStore, run_of
+from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms.daily import attributes_from_daily, daily_partials
+from incremental_assets.lib.utc import utcnow
+
+RECONCILES = "reconciles_with_filtered_events"
+
+
+def build_daily_assets(start_date: date):
+    """daily_aggregates is partitioned by day from the deployment's start_date (from its settings)
+    to today: the day in progress has a partition too, which hourly runs keep up to date."""
+    partitions = DailyPartitionsDefinition(start_date=start_date.isoformat(), timezone="UTC", end_offset=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # backfill_policy is beta in Dagster 1.13
+        return _daily_aggregates(partitions)
+
+
+def _daily_aggregates(partitions: DailyPartitionsDefinition):
+    @spark_delta_asset(
+        name=DAILY_AGGREGATES,
+        ins={"filtered_events": AssetIn(FILTERED_EVENTS)},
+        deps=[DAILY_MANIFEST],
+        group_name=DAILY_GROUP,
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        check_specs=[
+            AssetCheckSpec(
+                RECONCILES,
+                asset=DAILY_AGGREGATES,
+                blocking=True,
+                description="Each day of the run's partitions aggregates exactly the events filtered_events holds "
+                "for it; checked with every partition or range, on those days only.",
+            )
+        ],
+        metadata=delta_table("replace_partition", partition_by=["event_date"], partition_column="event_date"),
+        description="One row per (attribute_key, event_date) with an exact per-day partial of every declared "
+        "attribute. A partition is always recomputed whole from filtered_events (replaceWhere on its days).",
+    )
+    def daily_aggregates(
+        context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings, state: StateStore
+    ):
+        start_writing(context, settings, state)  # a day aggregated under other definitions would mix
+        window = partition_window("event_date", context.partition_time_window)
+        day_events = filtered_events.where(window.condition(filtered_events.schema["event_date"].dataType))
+        partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()
+        per_day = {r.event_date: r.events for r in partials.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
+        yield Output(
+            partials,
+            metadata={
+                "events_per_day": MetadataValue.json({day.isoformat(): n for day, n in sorted(per_day.items())}),
+                "days_with_events": len(per_day),
+            },
+        )
+        # The IO manager has replaced the window: its days are processed, their late events applied.
+        run_id = run_of(context)
+        if run_id is not None:
+            days = [date.fromisoformat(key) for key in context.partition_keys]
+            state.save_days(processed_days(days, per_day, state.days(), utcnow(), run_id))
+        # The IO manager has written the window: reconcile what is stored for those days with the
+        # rows filtered_events holds for them (counted from its log's file statistics: no scan).
+        spark = filtered_events.sparkSession
+        stored = read_table(spark, table_uri(DAILY_AGGREGATES))
+        per_day = stored.where(window.condition(stored.schema["event_date"].dataType)).groupBy("event_date")
+        aggregated = {r.event_date: r.events for r in per_day.agg(F.sum("events").alias("events")).collect()}
+        held = count_by(spark, table_uri(FILTERED_EVENTS), "event_date", window)
+        scope = f"event_date in [{window.start.date()}, {window.end.date()})"
+        yield from_offending_rows(mismatched_days(aggregated, held), "days whose aggregates disagree with filtered_events", scope)
+
+    return daily_aggregates
+
+
+@spark_delta_asset(
+    ins={"daily": AssetIn(DAILY_AGGREGATES)},
+    group_name=DAILY_GROUP,
+    metadata=delta_table("replace"),
+    description="One row per attribute_key: every declared attribute (lifetime or last N days), dropped and "
+    "recomputed from daily_aggregates.",
+)
+def attributes(daily: DataFrame, settings: IncrementalSettings) -> DataFrame:
+    return attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day())
+
+
+@asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")
+def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkResource) -> AssetCheckResult:
+    write = latest_write(context, "attributes")
+    if write is None:
+        return nothing_written()
+    keys = read_table(spark.spark_session, write["dagster/uri"]).select("attribute_key")
+    return from_offending_rows(C.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
+
+
+def defs(settings: IncrementalSettings) -> Definitions:
+    return Definitions(assets=[build_daily_assets(settings.start), attributes], asset_checks=[one_row_per_attribute_key])

@@ -1,0 +1,109 @@
+"""daily_aggregation_manifest: per event day, what was processed and which late
+events wait, deciding which days the daily layer recomputes; and the warning about late events
+beyond the horizon."""
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetIn,
+    Definitions,
+    MaterializeResult,
+    MetadataValue,
+    asset_check,
+)
+
+from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
+from incremental_assets.lib.delta.log import table_version
+from incremental_assets.lib.delta.read import inserted_rows
+from incremental_assets.lib.incremental.asset import spark_delta_asset
+from incremental_assets.lib.incremental.days import days_to_process, stranded
+from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.metadata import markdown_table
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.records import BEYOND_HORIZON, DEFERRED, TO_PROCESS, DayStatus
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.daily import day_arrivals
+
+
+def manifest_table(days: list[DayStatus]) -> MetadataValue:
+    """The manifest rows as a readable table in the UI."""
+    return markdown_table(
+        ["event_date", "status", "processed", "pending late", "late total", "max delay h"],
+        [
+            [d.event_date, d.status, d.processed_events, d.pending_late_events, d.late_events_total, f"{d.max_delay_hours:.1f}"]
+            for d in sorted(days, key=lambda d: d.event_date)
+        ],
+    )
+
+
+@spark_delta_asset(
+    name=DAILY_MANIFEST,
+    ins={"plan": AssetIn(NEW_EVENT_LIMITS)},
+    deps=[FILTERED_EVENTS],
+    group_name=DAILY_GROUP,
+    description="One row per event day: events processed, late events pending or applied, and the status "
+    "(processed, to_process, deferred, beyond_horizon) that decides which days are recomputed.",
+)
+def daily_aggregation_manifest(
+    context: AssetExecutionContext, plan: RunPlan, settings: IncrementalSettings, spark: SparkResource,
+    state: StateStore,
+) -> MaterializeResult:
+    session = spark.spark_session
+    uri = state.uri(FILTERED_EVENTS)
+    current = table_version(uri)
+    if current is None:
+        return MaterializeResult(metadata={"days_changed": 0, "skipped": "no filtered_events yet"})
+    consumed = state.consumed_version()
+    if consumed is not None and consumed >= current:
+        return MaterializeResult(metadata={"days_changed": 0, "filtered_events_version": current})
+    # Every insert since the last version counted, so a crashed or skipped run loses nothing.
+    first_unread = 0 if consumed is None else consumed + 1
+    arrivals = day_arrivals(inserted_rows(session, uri, first_unread, current))
+    changed = days_to_process(
+        arrivals, state.days(), plan.limits.upper, settings.start, settings.reprocess_days,
+        settings.min_rows_to_process, context.run.run_id,
+    )
+    state.save_days(list(changed.values()), consumed_version=current)
+    by_status = {
+        status: sorted(str(d.event_date) for d in changed.values() if d.status == status)
+        for status in (TO_PROCESS, DEFERRED, BEYOND_HORIZON)
+    }
+    waiting = {status: sum(d.pending_late_events for d in changed.values() if d.status == status) for status in (DEFERRED, BEYOND_HORIZON)}
+    return MaterializeResult(
+        metadata={
+            "days_changed": len(changed),
+            "days_to_process": MetadataValue.json(by_status[TO_PROCESS]),
+            "days_deferred": MetadataValue.json(by_status[DEFERRED]),
+            "days_beyond_horizon": MetadataValue.json(by_status[BEYOND_HORIZON]),
+            "new_rows_counted": sum(a.rows for a in arrivals),
+            "late_events_deferred": waiting[DEFERRED],
+            "late_events_beyond_horizon": waiting[BEYOND_HORIZON],
+            "filtered_events_version": current,
+            "manifest": manifest_table(list(state.days().values())),
+        }
+    )
+
+
+@asset_check(
+    asset=DAILY_MANIFEST,
+    description="Warns about late events beyond reprocess_days: they are counted but will only be applied "
+    "by a partition backfill of their days (incremental-assets backfill, or the UI).",
+)
+def late_events_stranded_beyond_horizon(state: StateStore) -> AssetCheckResult:
+    days = stranded(state.days())
+    pending = sum(d.pending_late_events for d in days)
+    return AssetCheckResult(
+        passed=not days,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "days": MetadataValue.json([str(d.event_date) for d in days]),
+            "pending_late_events": pending,
+        },
+        description=f"{pending} late events on {len(days)} day(s) wait for a backfill" if days else None,
+    )
+
+
+def defs(settings: IncrementalSettings) -> Definitions:
+    return Definitions(assets=[daily_aggregation_manifest], asset_checks=[late_events_stranded_beyond_horizon])

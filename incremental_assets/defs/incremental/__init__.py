@@ -1,0 +1,1 @@
+"""The incremental assets: filtered_events, sessions, and a user's own (one new file here)."""

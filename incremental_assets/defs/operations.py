@@ -1,0 +1,131 @@
+"""What an operator launches: a full refresh, the plan of a settings change, table maintenance."""
+
+from datetime import datetime, timezone
+
+from dagster import (
+    Config,
+    DefaultScheduleStatus,
+    Definitions,
+    Failure,
+    MetadataValue,
+    Nothing,
+    OpExecutionContext,
+    Out,
+    Output,
+    ScheduleDefinition,
+    job,
+    op,
+)
+
+from incremental_assets.lib.catalog import WAREHOUSE_WRITER_TAGS, known_incremental, maintained_tables
+from incremental_assets.lib.delta.log import table_exists
+from incremental_assets.lib.metadata import markdown_table
+from incremental_assets.lib.operations.apply import apply_plan
+from incremental_assets.lib.operations.maintenance import maintain
+from incremental_assets.lib.operations.refresh import RefreshNotAllowed, refresh
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.hooks import alive_in, record_failed
+from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.run_log import PROCESSED
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import utcnow
+
+
+@op(out=Out(Nothing), description="Empty the manifests and every table built from the source (needs allow_refresh).")
+def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> Output:
+    try:
+        deleted = refresh(settings, context.instance, known_incremental(context), run_id=context.run_id)
+    except RefreshNotAllowed as refused:
+        raise Failure(str(refused), allow_retries=False) from None
+    return Output(None, metadata={
+        "rows_deleted": markdown_table(["table", "rows deleted"], sorted(deleted.items())),
+        "next": f"incremental runs rebuild from start_date {settings.start_date} (the source sensor requests them)",
+    })
+
+
+@job(
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks={record_failed},
+    description="Full refresh: empties the manifests and derived tables, refused unless the launchpad sets "
+    "resources.settings.config.allow_refresh: true; incremental runs then rebuild from start_date.",
+)
+def refresh_job():
+    full_refresh()
+
+
+class ApplyConfig(Config):
+    forward_only: bool = False
+
+
+@op(out=Out(Nothing), description="Carry out the plan between the tables' fingerprints and the current settings.")
+def apply_settings_plan(
+    context: OpExecutionContext, config: ApplyConfig, settings: IncrementalSettings, state: StateStore,
+    spark: SparkResource,
+) -> Output:
+    incremental = known_incremental(context)
+    changes, current = pending_plan(settings, state, incremental, config.forward_only)
+    if changes.empty:
+        return Output(None, metadata={"plan": "nothing to apply: every table was built under the current settings"})
+    before = apply_plan(settings, changes, current, state, lambda: spark.spark_session, context.run_id,
+                        alive_in(context.instance), utcnow().date(), incremental)
+    return Output(None, metadata={
+        "plan": MetadataValue.md("\n".join(f"- {change.describe()}" for change in changes.changes)),
+        "rows_before": markdown_table(["table", "rows before"], sorted(before.items())),
+        "next": "the source sensor requests the runs that rebuild what the plan emptied; the daily sensor the days it marked",
+    })
+
+
+@job(
+    tags=WAREHOUSE_WRITER_TAGS,
+    hooks={record_failed},
+    description="Apply the plan of a settings change (incremental-assets plan shows it): launch with "
+    "ops.apply_settings_plan.config.forward_only true to rebuild nothing and apply it from now on.",
+)
+def apply_plan_job():
+    apply_settings_plan()
+
+
+@op(out=Out(Nothing), description="Compact and vacuum every warehouse table (see incremental_assets/maintenance.py).")
+def maintain_tables(context: OpExecutionContext, state: StateStore, settings: IncrementalSettings) -> Output:
+    retention = settings.maintenance_retention_hours
+    known = maintained_tables(known_incremental(context))
+    unknown = sorted(set(settings.maintenance_zorder_by) - set(known))
+    if unknown:
+        raise Failure(f"maintenance_zorder_by names {unknown}, which are not warehouse tables; known: {known}")
+    tables = [name for name in known if table_exists(state.uri(name))]
+    run_id = context.run_id
+    state.acquire(run_id, tables, None, alive_in(context.instance))
+    passes = []
+    for name in tables:  # a failure closes what is still open: the job's failure hook
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        result = maintain(state, name, retention, now, settings.maintenance_zorder_by.get(name, []))
+        passes.append(result)
+        state.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
+    columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]
+    rows = [[p.table, p.files_before, p.files_after, p.compacted_from, p.vacuumed, p.note] for p in passes]
+    return Output(None, metadata={
+        "tables": markdown_table(columns, rows),
+        "files_before": sum(p.files_before for p in passes),
+        "files_after": sum(p.files_after for p in passes),
+        "retention_hours": retention,
+    })
+
+
+@job(tags=WAREHOUSE_WRITER_TAGS, hooks={record_failed}, description="Compact small files and vacuum old ones in every warehouse table.")
+def maintenance_job():
+    maintain_tables()
+
+
+daily_table_maintenance = ScheduleDefinition(
+    name="daily_table_maintenance",
+    job=maintenance_job,
+    cron_schedule="30 3 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.STOPPED,
+    description="Table maintenance once a day; off until you start it.",
+)
+
+
+def defs(settings: IncrementalSettings) -> Definitions:
+    return Definitions(jobs=[refresh_job, apply_plan_job, maintenance_job], schedules=[daily_table_maintenance])

@@ -1,0 +1,266 @@
+"""Reading Delta tables without a JVM (deltalake): a table's log, its files and statistics, what
+its commits added since a version, and the rows of small tables (manifests, run records).
+
+What arrived since a version:
+
+The commit files after that version list the data files each commit added (`add` actions with
+`dataChange` true: a compaction's rewrites are not new rows), with their statistics. Delta keeps
+commit files for `delta.logRetentionDuration` (30 days by default); when the ones needed are gone,
+the files of the current snapshot modified after the version's commit are taken instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Mapping
+from urllib.parse import unquote
+
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from pyarrow.parquet import filters_to_expression
+
+from incremental_assets.lib.delta.spec import Window
+
+EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table's identity and version, and when that version was committed (naive UTC)."""
+
+    table_id: str
+    version: int
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class AddedFile:
+    """A data file some commit added, with what its statistics say (None where they say nothing)."""
+
+    path: str
+    rows: int | None
+    minimum: Mapping[str, Any] = field(default_factory=dict)
+    maximum: Mapping[str, Any] = field(default_factory=dict)
+    nulls: Mapping[str, int] = field(default_factory=dict)
+
+
+def snapshot(table: deltalake.DeltaTable) -> Snapshot:
+    return Snapshot(table.metadata().id, table.version(), _moment(table.history(1)[0]["timestamp"]))
+
+
+def added_since(uri: str, since: Snapshot | None) -> tuple[Snapshot, list[AddedFile]]:
+    """The table's snapshot now, and the data files added after `since` (every file: None)."""
+    table = deltalake.DeltaTable(uri)
+    now = snapshot(table)
+    if since is None:
+        return now, _current_files(table)
+    if since.version >= now.version:
+        return now, []
+    commits = _commit_actions(uri, range(since.version + 1, now.version + 1))
+    if commits is None:  # cleaned up: what the snapshot holds that was written after `since`
+        cutoff = (since.committed_at - EPOCH) // timedelta(milliseconds=1)
+        return now, [f for f, written in _current_files(table, with_times=True) if written > cutoff]
+    live = set(data_files(table).column("path").to_pylist())
+    added = [_added(action) for actions in commits for action in actions if "add" in action and action["add"].get("dataChange")]
+    return now, [f for f in added if unquote(f.path) in live]  # not removed again since
+
+
+def read_column(uri: str, files: list[AddedFile], column: str) -> pa.Array:
+    """One column of the given data files (Arrow, no JVM)."""
+    filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
+    paths = [f"{root}/{unquote(f.path)}" for f in files]
+    return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=[column]).column(column).combine_chunks()
+
+
+def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
+    """The actions of each commit in `versions`, or None when a commit file is gone."""
+    filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
+    commits = []
+    for version in versions:
+        try:
+            with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
+                text = stream.read().decode()
+        except FileNotFoundError:
+            return None
+        commits.append([json.loads(line) for line in text.splitlines() if line.strip()])
+    return commits
+
+
+def _added(action: Mapping[str, Any]) -> AddedFile:
+    add = action["add"]
+    stats = json.loads(add.get("stats") or "{}")
+    return AddedFile(
+        add["path"], stats.get("numRecords"), _parsed(stats.get("minValues")), _parsed(stats.get("maxValues")),
+        stats.get("nullCount") or {},
+    )
+
+
+def _current_files(table: deltalake.DeltaTable, with_times: bool = False) -> list:
+    """The snapshot's data files as AddedFile (with their modification times in epoch ms, if asked)."""
+    result = []
+    for row in data_files(table).to_pylist():
+        stats = {kind: {k.split(".", 1)[1]: _naive(v) for k, v in row.items() if k.startswith(f"{kind}.") and v is not None}
+                 for kind in ("min", "max", "null_count")}
+        added = AddedFile(row["path"], row.get("num_records"), stats["min"], stats["max"], stats["null_count"])
+        result.append((added, row["modification_time"]) if with_times else added)
+    return result
+
+
+def _parsed(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Statistics as values: timestamps (ISO text in the log) as naive UTC datetimes."""
+    parsed = {}
+    for name, value in (values or {}).items():
+        if isinstance(value, str):
+            try:
+                value = _naive(datetime.fromisoformat(value))
+            except ValueError:
+                pass
+        parsed[name] = value
+    return parsed
+
+
+def _naive(value: Any) -> Any:
+    return value.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
+
+
+def _arrow_uri(uri: str) -> str:
+    """Arrow names the S3 scheme s3, where Hadoop names it s3a."""
+    return "s3://" + uri[len("s3a://"):] if uri.startswith("s3a://") else uri
+
+
+def _moment(millis: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=millis)
+
+
+def read_rows(uri: str, columns: list[str] | None = None, filters: list | None = None) -> list[dict[str, Any]] | None:
+    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`.
+
+    Filters on partition columns prune the files read; the others apply to the rows read (files
+    that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare)."""
+    try:
+        table = DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+    partitioned = set(table.metadata().partition_columns)
+    pruning = [f for f in filters or [] if f[0] in partitioned]
+    rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
+    rest = [f for f in filters or [] if f[0] not in partitioned]
+    return (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
+
+
+def table_version(uri: str) -> int | None:
+    try:
+        return DeltaTable(uri).version()
+    except TableNotFoundError:
+        return None
+
+
+def latest_marker(uri: str, key: str) -> Any:
+    """`key` from the newest commit whose userMetadata (JSON) carries it, or None."""
+    try:
+        history = DeltaTable(uri).history()
+    except TableNotFoundError:
+        return None
+    for commit in history:  # newest first
+        try:
+            marker = json.loads(commit.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if isinstance(marker, dict) and marker.get(key) is not None:
+            return marker[key]
+    return None
+
+
+def row_count(uri: str) -> int | None:
+    try:
+        return DeltaTable(uri).count()
+    except TableNotFoundError:
+        return None
+
+
+class UnreadableTableError(RuntimeError):
+    """A table whose log exists but cannot be read: corrupted, or on storage refusing access."""
+
+
+def stored_table(uri: str) -> deltalake.DeltaTable | None:
+    """The table at `uri` opened from its log (no Spark job), or None when there is none. A table
+    that is there but cannot be read (a corrupted log, storage refusing access) raises, naming the
+    table: a write must never take it for missing and create it afresh."""
+    try:
+        return deltalake.DeltaTable(uri)
+    except TableNotFoundError:
+        return None
+    except Exception as error:  # noqa: BLE001 - any other failure is the table's, reported as such
+        raise UnreadableTableError(f"The Delta table at {uri} cannot be read: {error}") from error
+
+
+def table_exists(uri: str) -> bool:
+    return stored_table(uri) is not None
+
+
+def data_files(table: deltalake.DeltaTable) -> pa.Table:
+    """The table's data files, one row each with its partition values (`partition.<column>`), size,
+    modification time and statistics (`min.<column>`, `max.<column>`): read from the log, no Spark job."""
+    return pa.table(table.get_add_actions(flatten=True))
+
+
+def partitions_added(uri: str, version: int, column: str) -> list:
+    """The values of partition `column` that commit `version` added files to: the files of that
+    version that the one before did not have, from the log (no Spark job; one table, moved on)."""
+    table = deltalake.DeltaTable(uri, version=max(version - 1, 0))
+    before = set(data_files(table).column("path").to_pylist()) if version else set()
+    table.load_as_version(version)
+    added = data_files(table)
+    values = zip(added.column("path").to_pylist(), added.column(f"partition.{column}").to_pylist())
+    return sorted({value for path, value in values if path not in before})
+
+
+def stored_max(uri: str, column: str) -> Any:
+    """The greatest value of `column` in the table (None: no table, or no non-null value). From the
+    files' statistics where every file has them; otherwise the column alone is read (no JVM)."""
+    table = stored_table(uri)
+    if table is None:
+        return None
+    files = data_files(table)
+    statistic = f"max.{column}"
+    if statistic in files.column_names and files.num_rows and files.column(statistic).null_count == 0:
+        return pc.max(files.column(statistic)).as_py()
+    return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
+
+
+def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: Window) -> dict | None:
+    """Rows per partition value of `column` inside `window`, summed over the files' record counts;
+    None when the log cannot say (not partitioned by it, a file without statistics or with deleted rows)."""
+    if table is None or column not in table.metadata().partition_columns:
+        return None
+    files = data_files(table)
+    records = files.column("num_records")
+    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
+    if records.null_count or any(files.column(name).null_count < files.num_rows for name in deletions):
+        return None
+    counts: dict = {}
+    for value, rows in zip(files.column(f"partition.{column}").to_pylist(), records.to_pylist()):
+        if value is not None and window.contains(value):
+            counts[value] = counts.get(value, 0) + rows
+    return counts
+
+
+NOTE_PROPERTY = "incremental_assets.note"  # a step's note for its run's next steps (write.note)
+
+
+def noted(uri: str, run_id: str) -> Mapping[str, Any] | None:
+    """The note the step of run `run_id` stored with the table (write.note); None when it stored
+    none, or when a later run's note has replaced it."""
+    table = stored_table(uri)
+    raw = table.metadata().configuration.get(NOTE_PROPERTY) if table is not None else None
+    if raw is None:
+        return None
+    stored = json.loads(raw)
+    return stored["value"] if stored.get("run_id") == run_id else None

@@ -1,0 +1,381 @@
+"""Delta Lake writes and reads shared by the IO manager, the manifests and the assets.
+
+Every write is a single Delta transaction, and every mode is idempotent when repeated with the
+same input (append excepted, by definition), which is what makes a crashed run safe to re-run.
+Appends and MERGEs add the columns the data gains (a source that gains a column between loads
+passes it on to filtered_events; earlier rows hold null there).
+
+Spark reads and writes through the DataFrame API only (no `delta.tables` client), so the same code
+runs over Spark Connect against a server that has Delta's jars but not Delta's Connect plugin. The
+table's log is read by deltalake, in the calling process: it must reach the warehouse's storage too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import date
+from functools import reduce
+from typing import Any, Iterable, Mapping, Sequence
+
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_table, table_exists
+from incremental_assets.lib.delta.read import partition_kind
+from incremental_assets.lib.delta.spec import DeltaWriteError, Window, WriteMode
+
+# A MERGE takes its transaction identifier from the session, not from writer options.
+TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+# ...and its schema evolution too: DataFrame.mergeInto's own flag is not read by Delta 4.0.
+SCHEMA_EVOLUTION_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
+# Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
+# run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
+SMALL_MERGE_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta transaction identifier. Delta skips a write whose identifier the table already
+    holds, and keeps identifiers in checkpoints, so they outlive log cleanup."""
+
+    app_id: str
+    version: int = 0
+
+
+@dataclass
+class WriteResult:
+    version: int
+    operation: str
+    metrics: dict[str, int] = field(default_factory=dict)
+    skipped: bool = False
+
+    @property
+    def rows_inserted(self) -> int:
+        return self.metrics.get("numTargetRowsInserted", self.metrics.get("numOutputRows", 0))
+
+    @property
+    def rows_updated(self) -> int:
+        return self.metrics.get("numTargetRowsUpdated", 0)
+
+    @property
+    def rows_deleted(self) -> int:
+        return self.metrics.get("numTargetRowsDeleted", self.metrics.get("numDeletedRows", 0))
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One write of rows into the Delta table at `uri`, as `mode` says.
+
+    `merge_floor` (column, value) prunes a merge's target scan to rows with column >= value (and
+    those without a value: a floor prunes by date, and an undated row may match any run);
+    `txn` makes a repeated write (a re-run step) a no-op; `rows_at_most` (the caller's bound on the
+    rows) lets a small MERGE into an existing table run in deltalake (see `_merge_small`);
+    `one_row_per_key` (the rows are unique on `keys` by construction, as a dedupe or a group-by on
+    them makes them) spares a big MERGE the shuffle that checks it; `known_empty` (the caller
+    counted no rows) lets a replace empty the table with deltalake, in milliseconds where a Spark
+    overwrite with no rows costs a job and a second; `properties` are the table properties of a
+    table this write creates; `user_metadata` annotates the commit.
+    """
+
+    uri: str
+    mode: WriteMode
+    keys: Sequence[str] = ()
+    partition_by: Sequence[str] = ()
+    window: Window | None = None
+    merge_floor: tuple[str, date] | None = None
+    txn: Txn | None = None
+    rows_at_most: int | None = None
+    one_row_per_key: bool = False
+    known_empty: bool = False
+    properties: Mapping[str, str] | None = None
+    user_metadata: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+
+
+def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteResult:
+    """Write `df` as `request` says, in one Delta transaction."""
+    uri, mode, keys, partition_by, window = request.uri, request.mode, request.keys, request.partition_by, request.window
+    merge_floor, txn, rows_at_most = request.merge_floor, request.txn, request.rows_at_most
+    one_row_per_key, known_empty, properties, user_metadata = (
+        request.one_row_per_key, request.known_empty, request.properties, request.user_metadata)
+
+    def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
+        return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
+
+    _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
+    stored = stored_table(uri)  # its log read once: every choice below is made on this version
+    if txn is not None and committed(stored, txn):
+        return _already_committed(stored)
+    if known_empty and mode is WriteMode.REPLACE and stored is not None:
+        stored.delete(commit_properties=_commit_properties(txn))
+        return _latest_commit(stored)
+    # A table that holds no row (emptied by a refresh or a plan) takes the schema of what is written
+    # into it, whatever columns it had: a rebuild always has the current definitions' columns.
+    emptied = stored is not None and not data_files(stored).num_rows
+    if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
+        if not keys:
+            raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
+        if merge_floor is not None and stored is not None and merge_floor[0] not in stored.metadata().partition_columns:
+            # Created before its asset was partitioned by the floor's column: its rows may hold no
+            # value there, and a floor would match none of them. The MERGE reads the whole table.
+            merge_floor = None
+        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None and not emptied:
+            return _merge_small(df.toArrow(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+        duplicate = None if one_row_per_key else _duplicate_key(df, keys)
+        if duplicate is not None:
+            if mode is WriteMode.UPSERT:
+                raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {duplicate}")
+            # A row per key, as an insert-only MERGE needs; only then, as this shuffles whole rows.
+            df = df.dropDuplicates(list(keys))
+        if stored is None or emptied:
+            return save("overwrite", overwrite_schema=emptied)
+        if _nothing_stored_from(stored, merge_floor):
+            # No stored row can match a key: the MERGE would insert every row; an append skips its join.
+            return save("append")
+        return _merge(spark, df, stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+    if mode is WriteMode.REPLACE_PARTITION:
+        if window is None:
+            raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
+        kind = partition_kind(df, window.column, uri)
+        if emptied:
+            return save("overwrite", overwrite_schema=True)
+        return save("overwrite", replace_where=window.predicate(kind), merge_schema=True)  # columns a definition adds
+    if mode is WriteMode.APPEND and not emptied:
+        return save("append")
+    return save("overwrite", overwrite_schema=True)
+
+
+def truncate(uri: str) -> int:
+    """Delete every row of the table at `uri` (a refresh, a plan's rebuild): one commit, no JVM; its
+    schema, properties and history stay, and its next write sets its columns (see `write`).
+    Returns the rows deleted (0: no table)."""
+    table = stored_table(uri)
+    if table is None:
+        return 0
+    return int(table.delete().get("num_deleted_rows", 0))
+
+
+def compact(table: deltalake.DeltaTable, partitions: list[tuple] | None, zorder_by: Sequence[str] = ()) -> None:
+    """OPTIMIZE (deltalake, no JVM) of `partitions` (None: all): small files compacted, or rewritten
+    Z-ordered by `zorder_by`, whose columns the commit records as Spark's OPTIMIZE does."""
+    if zorder_by:
+        columns = deltalake.CommitProperties(custom_metadata={"zOrderBy": json.dumps(list(zorder_by))})
+        table.optimize.z_order(list(zorder_by), partition_filters=partitions, commit_properties=columns)
+    else:
+        table.optimize.compact(partition_filters=partitions)
+
+
+def vacuum(uri: str, retention_hours: float) -> None:
+    """VACUUM with deltalake (Spark's lists files with 10,000 tasks by default, slow even for a
+    tiny table), never within Delta's own default retention."""
+    deltalake.DeltaTable(uri).vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=True)
+
+
+def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
+    """Append a few rows (a run's record) with deltalake: milliseconds, where a Spark write of one
+    row costs a job and a second. Same transaction identifier rule as `write`."""
+    stored = stored_table(uri)
+    if committed(stored, txn):
+        return _already_committed(stored)
+    # "merge": a record gains the columns a newer release adds to it
+    deltalake.write_deltalake(uri, rows, mode="append", schema_mode="merge", commit_properties=_commit_properties(txn))
+    return last_commit(uri)
+
+
+def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:
+    """Whether the table has no file a MERGE pruned at `floor` would read (the whole table without
+    one), from the log's file list: no Spark job."""
+    files = data_files(table)
+    if floor is None or files.num_rows == 0:
+        return files.num_rows == 0
+    column, value = f"partition.{floor[0]}", floor[1]
+    return column in files.column_names and all(day is not None and day < value for day in files.column(column).to_pylist())
+
+
+def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
+    """A deltalake commit that records `txn`, as Spark's txnAppId/txnVersion do."""
+    return deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None)
+
+
+def _already_committed(table: deltalake.DeltaTable) -> WriteResult:
+    return WriteResult(table.version(), "none: this transaction is already committed", skipped=True)
+
+
+def committed(table: deltalake.DeltaTable | None, txn: Txn) -> bool:
+    """Whether the table (None: no table yet) already holds `txn`, from its log: no Spark job."""
+    version = None if table is None else table.transaction_version(txn.app_id)
+    return version is not None and version >= txn.version
+
+
+def last_commit(uri: str) -> WriteResult:
+    """The table's latest commit, read from the log by deltalake (milliseconds, no Spark job)."""
+    return _latest_commit(deltalake.DeltaTable(uri))
+
+
+def _latest_commit(table: deltalake.DeltaTable) -> WriteResult:
+    """The latest commit of a table already open (deltalake's own writes keep it current)."""
+    return _result(table.history(1)[0])
+
+
+def _result(entry: dict) -> WriteResult:
+    """A WriteResult from a commit's history entry."""
+    metrics = {key: int(value) for key, value in (entry.get("operationMetrics") or {}).items() if str(value).isdigit()}
+    return WriteResult(entry["version"], entry["operation"], metrics)
+
+
+def create_with_change_feed(
+    spark: SparkSession, uri: str, schema: T.StructType, partition_by: Sequence[str], properties: Mapping[str, str] | None = None
+) -> None:
+    """Create an empty table that records its change data feed (idempotent), so the rows a
+    MERGE inserted can be read back exactly by version."""
+    if table_exists(uri):
+        return  # cheaper than Delta's own existence check, which runs on every write
+    writer = spark.createDataFrame([], schema).write.format("delta").mode("ignore")  # "ignore": a table there wins
+    writer.options(**{**(properties or {}), "delta.enableChangeDataFeed": "true"}).partitionBy(*partition_by).save(uri)
+
+
+def _save(
+    df: DataFrame,
+    uri: str,
+    mode: str,
+    partition_by: Sequence[str],
+    replace_where: str | None = None,
+    overwrite_schema: bool = False,
+    user_metadata: str | None = None,
+    txn: Txn | None = None,
+    properties: Mapping[str, str] | None = None,
+    merge_schema: bool = False,
+) -> WriteResult:
+    writer = df.write.format("delta").mode(mode).options(**(properties or {}))  # taken when it creates the table
+    if user_metadata:
+        writer = writer.option("userMetadata", user_metadata)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    if replace_where:
+        writer = writer.option("replaceWhere", replace_where)
+    if overwrite_schema:
+        writer = writer.option("overwriteSchema", "true")
+    if mode == "append" or merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    writer.save(uri)
+    return last_commit(uri)
+
+
+def _merge(
+    spark: SparkSession,
+    df: DataFrame,
+    table: deltalake.DeltaTable,
+    uri: str,
+    keys: Sequence[str],
+    update: bool,
+    floor: tuple[str, date] | None,
+    txn: Txn | None,
+) -> WriteResult:
+    target = path_identifier(uri)
+
+    def stored(column: str) -> Column:  # the target's column, named through its table
+        return F.col(f"{target}.`{column}`")
+
+    condition = reduce(Column.__and__, [stored(key).eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
+    if floor is not None:
+        condition = condition & (stored(floor[0]).isNull() | (stored(floor[0]) >= F.lit(floor[1])))
+    merge = df.alias("s").mergeInto(target, condition)  # target: path_identifier, a quoted name
+    if update:
+        merge = merge.whenMatched().updateAll()
+    session_conf = {SCHEMA_EVOLUTION_CONF: "true"}  # as appends: mergeSchema
+    if txn is not None:
+        session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
+    before = table.version()  # as `write` opened it
+    for key, value in session_conf.items():
+        spark.conf.set(key, value)
+    try:
+        merge.whenNotMatched().insertAll().merge()
+    finally:
+        for key in session_conf:
+            spark.conf.unset(key)
+    after = last_commit(uri)
+    # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
+    return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
+
+
+def path_identifier(uri: str) -> str:
+    """The table at `uri` as a Spark identifier (delta.`path`), its backticks escaped: a name, not SQL."""
+    return "delta.`" + uri.replace("`", "``") + "`"
+
+
+def _merge_small(
+    rows: pa.Table,
+    stored: deltalake.DeltaTable,
+    uri: str,
+    keys: Sequence[str],
+    update: bool,
+    floor: tuple[str, date] | None,
+    txn: Txn | None,
+) -> WriteResult:
+    """The same MERGE as `_merge`, of rows in hand, by deltalake (no Spark job; the key check in Arrow)."""
+    rows = _one_row_per_key(rows, keys, uri, update)
+    if rows.num_rows == 0:
+        return WriteResult(stored.version(), "MERGE (no change)")
+    condition = " AND ".join(f't."{key}" = s."{key}"' for key in keys)
+    if floor is not None:
+        # a date of ours, never user input
+        condition += f""" AND (t."{floor[0]}" IS NULL OR t."{floor[0]}" >= '{floor[1].isoformat()}')"""
+    merge = stored.merge(
+        rows, condition, source_alias="s", target_alias="t", merge_schema=True, commit_properties=_commit_properties(txn)
+    )
+    if update:
+        merge = merge.when_matched_update_all()
+    metrics = merge.when_not_matched_insert_all().execute()
+    return WriteResult(
+        stored.version(),
+        "MERGE",
+        {
+            "numTargetRowsInserted": metrics.get("num_target_rows_inserted", 0),
+            "numTargetRowsUpdated": metrics.get("num_target_rows_updated", 0),
+            "numTargetRowsDeleted": metrics.get("num_target_rows_deleted", 0),
+        },
+    )
+
+
+def _one_row_per_key(rows: pa.Table, keys: Sequence[str], uri: str, update: bool) -> pa.Table:
+    """`rows` with one row per key, as `write` makes them for Spark: an upsert refuses a shared key,
+    an insert-only MERGE keeps the first row of each."""
+    first = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    first = first.group_by(list(keys), use_threads=False).aggregate([("_row", "min"), ("_row", "count")])
+    shared = first.filter(pc.greater(first["_row_count"], 1))
+    if shared.num_rows == 0:
+        return rows
+    if update:
+        raise DeltaWriteError(f"Cannot upsert into {uri}: several rows share the key {shared.select(list(keys)).to_pylist()[0]}")
+    return rows.take(pc.take(first["_row_min"], pc.sort_indices(first["_row_min"])))
+
+
+def _require_columns(df: DataFrame, columns: Iterable[str], uri: str) -> None:
+    missing = sorted(set(columns) - set(df.columns))
+    if missing:
+        raise DeltaWriteError(f"Cannot write {uri}: the data lacks column(s) {missing}; it has {df.columns}")
+
+
+def _duplicate_key(df: DataFrame, keys: Sequence[str]) -> dict | None:
+    """A key that several rows share, or None; shuffles only the key columns."""
+    duplicate = df.groupBy(*keys).count().where(F.col("count") > 1).first()
+    return None if duplicate is None else {key: duplicate[key] for key in keys}
+
+
+
+def note(uri: str, run_id: str, value: Mapping[str, Any]) -> None:
+    """Store `value` with the table for the next steps of run `run_id` (a table property: one
+    small commit, no JVM; it holds the latest run's note only). See log.noted."""
+    stored_table(uri).alter.set_table_properties(
+        {NOTE_PROPERTY: json.dumps({"run_id": run_id, "value": value}, default=str)}, raise_if_not_exists=False
+    )

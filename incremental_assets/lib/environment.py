@@ -1,0 +1,56 @@
+"""Where things live: warehouse, source table, Dagster home and the Delta jar cache.
+
+Every location comes from an environment variable with a project-local default, so a fresh
+clone works without configuration and a deployment points the same code elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from incremental_assets.lib.catalog import ATOMIC_EVENTS
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+
+def warehouse_root() -> str:
+    """Warehouse root: a local path (made absolute) or an object-store URI passed through."""
+    root = os.environ.get("INCREMENTAL_ASSETS_WAREHOUSE", "./warehouse")
+    return root if is_uri(root) else str(Path(root).resolve())
+
+
+def table_uri(name: str, root: str | None = None) -> str:
+    """The location of the Delta table `name` under the warehouse root."""
+    base = root or warehouse_root()
+    if not is_uri(base):
+        base = str(Path(base).resolve())
+    return f"{base.rstrip('/')}/{name}"
+
+
+def source_table_uri() -> str:
+    """The source events table: the sample table unless INCREMENTAL_ASSETS_SOURCE says otherwise."""
+    source = os.environ.get("INCREMENTAL_ASSETS_SOURCE")
+    if not source:
+        return table_uri(ATOMIC_EVENTS)
+    return source if is_uri(source) else str(Path(source).resolve())
+
+
+def jar_cache_dir() -> Path:
+    """Where the Delta jars are resolved once at set-up and read from on every Spark start."""
+    return Path(os.environ.get("INCREMENTAL_ASSETS_JAR_CACHE", PROJECT_ROOT / ".cache" / "spark-jars"))
+
+
+def is_uri(location: str) -> bool:
+    return "://" in location
+
+
+def dagster_home() -> Path:
+    """DAGSTER_HOME (default .dagster_home/ in the project), holding the project's dagster.yaml."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home")))
+    home.mkdir(parents=True, exist_ok=True)
+    template, config = PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml"
+    if template.exists() and (not config.exists() or config.read_text() != template.read_text()):
+        config.write_text(template.read_text())
+    return home

@@ -1,0 +1,160 @@
+"""A run's plan: what new_event_limits decides once per run and hands down the graph (its limits,
+the run that decided them, the incremental assets of the run with their manifest rows at that
+moment, and the rows that arrived in the source since the last run looked), stored as the run's
+row of `new_event_limits` and loaded back, for the run that wrote it, by its other steps."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime, time
+from typing import Any, Mapping
+
+import pyarrow as pa
+from dagster import Failure, TableColumn
+
+from incremental_assets.lib.catalog import INCREMENTAL_JOB
+from incremental_assets.lib.delta.io_manager import write_metadata
+from incremental_assets.lib.delta.log import Snapshot, read_rows, row_count
+from incremental_assets.lib.delta.spec import DeltaWriteError, WriteMode
+from incremental_assets.lib.delta.write import Txn, append_rows
+from incremental_assets.lib.incremental.limits import RunLimits, RunState, nothing_new
+from incremental_assets.lib.source.arrivals import NOTHING_ARRIVED, Arrival, ArrivalBounds, Arrivals
+from incremental_assets.lib.state.records import ManifestEntry
+from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
+from incremental_assets.lib.utc import UTC_TIMESTAMP, aware, naive
+
+LIMITS_SCHEMA = pa.schema(
+    [("run_id", pa.string()), ("state", pa.string()), ("lower_limit", UTC_TIMESTAMP),
+     ("upper_limit", UTC_TIMESTAMP), ("now", UTC_TIMESTAMP),
+     # the incremental assets of the run, and their manifest rows when it decided (JSON)
+     ("incremental_assets", pa.string()), ("entries", pa.string()),
+     # the source version this run assessed, and the rows that arrived in it since the last one
+     ("source_table_id", pa.string()), ("source_version", pa.int64()), ("source_committed_at", UTC_TIMESTAMP),
+     ("arrivals", pa.string()), ("behind_from", UTC_TIMESTAMP), ("behind_to", UTC_TIMESTAMP)]
+)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What new_event_limits decides once per run: the window; the run that decided it (every
+    write of the run is keyed by it, so a re-executed step writes once); the incremental assets of
+    the run and their manifest rows then (what each skips and advances from); and the rows that
+    arrived in the source since the version the last run assessed (`source`: this one's)."""
+
+    limits: RunLimits
+    run_id: str = ""
+    models: tuple[str, ...] = ()
+    entries: Mapping[str, ManifestEntry] = field(default_factory=dict)
+    source: Snapshot | None = None
+    arrivals: Arrivals = NOTHING_ARRIVED
+
+    @property
+    def nothing_new(self) -> bool:
+        """Every incremental asset of the run is past its window: no step has anything to compute."""
+        return nothing_new(self.limits, self.entries, self.models)
+
+
+class PlanHandler:
+    """The IO manager's handler of a run's plan: one row per run, appended with deltalake (no Spark
+    job for a row), and loaded back for the run that wrote it."""
+
+    stores = loads = (RunPlan,)
+
+    def store(self, context, table, plan: RunPlan, spark) -> dict[str, Any]:
+        if table.spec.write_mode is not WriteMode.APPEND:
+            raise DeltaWriteError(f"{table.uri} keeps one row per run: declare write mode append")
+        rows = plan_table(plan)
+        result = append_rows(table.uri, rows, Txn(f"run-{plan.run_id}"))
+        columns = [TableColumn(f.name, str(f.type)) for f in rows.schema]
+        return {
+            **limits_metadata(plan.limits), **arrivals_metadata(plan), **write_metadata(columns, table.uri, result),
+            "dagster/row_count": row_count(table.uri),
+        }
+
+    def load(self, context, table, spark) -> RunPlan:
+        rows = read_rows(table.uri, filters=[("run_id", "=", table.run_id)]) or []
+        if not rows:
+            raise Failure(own_run_only(context, table.name))
+        return plan_from_row(rows[0])
+
+
+def own_run_only(context, table: str) -> str:
+    """Why a step cannot load a per-run value (a plan, a batch): it is not its run's."""
+    return (
+        f"{context.step_context.step.key} consumes the {table} of its own run, and this run has none: "
+        f"materialize it with the job '{INCREMENTAL_JOB}' (or select it together with the whole base "
+        f"chain: new_event_limits, sessions_lifecycle_manifest, quarantined_sessions, events_this_run)."
+    )
+
+
+def run_arrival_bounds(limits: RunLimits, start_date: date, next_lower: datetime | None) -> ArrivalBounds:
+    """How a run classes the rows that arrived in the source: by its first day, its `now`, where
+    the next standard window starts, and a keyhole run's own window."""
+    keyhole = None if limits.moves_manifest else (limits.lower, limits.upper)
+    return ArrivalBounds(datetime.combine(start_date, time.min), limits.now, next_lower, keyhole)
+
+
+def plan_table(plan: RunPlan) -> pa.Table:
+    """The run's row of `new_event_limits`."""
+    limits, source, arrivals = plan.limits, plan.source, plan.arrivals
+    entries = {model: {f.name: getattr(entry, f.name) for f in fields(entry)} for model, entry in plan.entries.items()}
+    row = {
+        "run_id": plan.run_id, "state": limits.state.value, "lower_limit": aware(limits.lower),
+        "upper_limit": aware(limits.upper), "now": aware(limits.now),
+        "incremental_assets": json.dumps(list(plan.models)), "entries": json.dumps(entries, default=str),
+        "source_table_id": source and source.table_id, "source_version": source and source.version,
+        "source_committed_at": source and aware(source.committed_at),
+        "arrivals": json.dumps({arrival.value: n for arrival, n in arrivals.counts.items()}),
+        "behind_from": aware(arrivals.behind_from), "behind_to": aware(arrivals.behind_to),
+    }
+    return pa.Table.from_pylist([row], LIMITS_SCHEMA)
+
+
+def plan_from_row(row: Mapping[str, Any]) -> RunPlan:
+    limits = RunLimits(RunState(row["state"]), *(naive(row[c]) for c in ("lower_limit", "upper_limit", "now")))
+    source = None
+    if row.get("source_table_id"):
+        source = Snapshot(row["source_table_id"], row["source_version"], naive(row["source_committed_at"]))
+    counts = {Arrival(k): v for k, v in json.loads(row.get("arrivals") or "{}").items()}
+    entries = {model: ManifestEntry(model, *(_moment(values.get(k)) for k in ("last_success", "last_upper", "first_success")))
+               for model, values in json.loads(row.get("entries") or "{}").items()}
+    return RunPlan(
+        limits, row["run_id"], tuple(json.loads(row.get("incremental_assets") or "[]")), entries, source,
+        Arrivals(counts, naive(row.get("behind_from")), naive(row.get("behind_to"))),
+    )
+
+
+def _moment(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def last_assessed(rows: list[Mapping[str, Any]] | None, table_id: str) -> Snapshot | None:
+    """The latest version of the source table `table_id` that a run's plan assessed, among the
+    rows of `new_event_limits` (None: no run has)."""
+    plans = [plan_from_row(row).source for row in rows or []]
+    known = [source for source in plans if source is not None and source.table_id == table_id]
+    return max(known, key=lambda source: source.version, default=None)
+
+
+def limits_metadata(limits: RunLimits) -> dict[str, str]:
+    return {
+        "run_state": limits.state.value,
+        "lower_limit": str(limits.lower),
+        "upper_limit": str(limits.upper),
+        "now": str(limits.now),
+    }
+
+
+def arrivals_metadata(plan: RunPlan) -> dict[str, Any]:
+    """What arrived in the source since the last run looked, for people (the UI, the run log)."""
+    arrivals = plan.arrivals
+    unread = sum(arrivals.skipped().values())
+    metadata = {
+        "source_version": plan.source.version if plan.source else None, "rows_arrived": arrivals.rows,
+        ROWS_READ: arrivals.rows, ROWS_KEPT: arrivals.rows - unread,  # kept: left for a window to read
+    }
+    metadata.update({f"arrived_{arrival.value}": arrivals[arrival] for arrival in Arrival if arrivals[arrival]})
+    if arrivals.behind_from is not None:
+        metadata["behind_cursor_range"] = f"{arrivals.behind_from} .. {arrivals.behind_to}"
+    return metadata

@@ -1,0 +1,175 @@
+"""The source events contract: Snowplow's canonical atomic column names."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake.exceptions import TableNotFoundError
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from incremental_assets.lib.delta.log import Snapshot, added_since, data_files, read_column
+from incremental_assets.lib.source.arrivals import (
+    NOTHING_ARRIVED,
+    Arrival,
+    ArrivalBounds,
+    Arrivals,
+    all_of,
+    count_arrow,
+    total,
+)
+
+if TYPE_CHECKING:
+    from incremental_assets.lib.settings import IncrementalSettings
+
+REQUIRED_COLUMNS: dict[str, T.DataType] = {
+    "event_id": T.StringType(),
+    "app_id": T.StringType(),
+    "event_name": T.StringType(),
+    "collector_tstamp": T.TimestampType(),
+    "dvce_created_tstamp": T.TimestampType(),
+    "dvce_sent_tstamp": T.TimestampType(),
+    "derived_tstamp": T.TimestampType(),
+    "load_tstamp": T.TimestampType(),
+    "domain_sessionid": T.StringType(),
+    "domain_userid": T.StringType(),
+}
+
+OPTIONAL_COLUMNS: dict[str, T.DataType] = {
+    "user_id": T.StringType(),
+    "platform": T.StringType(),
+    "event_vendor": T.StringType(),
+    "page_url": T.StringType(),
+    "page_title": T.StringType(),
+    "page_referrer": T.StringType(),
+    "domain_sessionidx": T.IntegerType(),
+}
+
+# Derived from load_tstamp and used as the partition column, so that a load-time window is
+# read by partition pruning rather than a full scan.
+LOAD_DATE = "load_date"
+
+SAMPLE_SCHEMA = T.StructType(
+    [T.StructField(name, kind, nullable=True) for name, kind in {**REQUIRED_COLUMNS, **OPTIONAL_COLUMNS}.items()]
+)
+
+
+def with_optional_columns(source: DataFrame) -> DataFrame:
+    """The source with every optional column (null where an export has none), so that what reads a
+    batch (sessions' page URLs, attributes on platform) works on any export holding the required ones."""
+    missing = [name for name in OPTIONAL_COLUMNS if name not in source.columns]
+    return source.withColumns({name: F.lit(None).cast(OPTIONAL_COLUMNS[name]) for name in missing}) if missing else source
+
+
+# Columns filtered_events holds beyond the source's.
+FILTERED_EVENTS_ADDS = ("session_identifier", "user_identifier", "event_date")
+
+
+class SourceContractError(ValueError):
+    """The source table cannot be processed as it is; found before the run writes anything."""
+
+
+def contract_problems(schema: pa.Schema, settings: IncrementalSettings) -> list[str]:
+    """What keeps a source table of `schema` (its Arrow schema, read from the Delta log) from being
+    processed with `settings`: required columns missing or of another type, and identifier or
+    cursor columns the settings name that the table lacks (attributes read filtered_events, which
+    adds its own columns to the source's). Empty: nothing."""
+    problems = []
+    for name, kind in REQUIRED_COLUMNS.items():
+        if name not in schema.names:
+            problems.append(f"required column {name} is missing")
+        elif not _is(schema.field(name).type, kind):
+            problems.append(f"column {name} is {schema.field(name).type}, not {kind.simpleString()}")
+    named = [settings.session_timestamp]
+    named += [] if settings.session_identifier_sql else settings.session_identifiers
+    named += [] if settings.user_identifier_sql else settings.user_identifiers
+    named.append(settings.attribute_key)
+    for spec in settings.attribute_specs():
+        named += [spec.column] if spec.column else []
+        named += [condition.column for condition in spec.conditions]
+    known = {*schema.names, *REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *FILTERED_EVENTS_ADDS}
+    problems += [f"column {name!r} (named in the settings) is missing" for name in dict.fromkeys(named) if name not in known]
+    load_day = settings.source_load_date_column
+    if load_day in schema.names and not pa.types.is_date(schema.field(load_day).type):
+        problems.append(f"column {load_day} (source_load_date_column) is {schema.field(load_day).type}, not a date")
+    elif load_day not in schema.names and load_day != LOAD_DATE:
+        problems.append(f"column {load_day!r} (source_load_date_column) is missing")
+    return problems
+
+
+def load_day_problems(table: deltalake.DeltaTable, load_day: str) -> list[str]:
+    """Files whose load day is not the UTC date of their load_tstamp, from the log's statistics (no
+    Spark job): a window read by such a column would skip events it holds, silently. Files without
+    statistics on either column are not judged."""
+    files = data_files(table)
+    names = files.column_names
+    if {"min.load_tstamp", "max.load_tstamp"} - set(names):
+        return []
+    if f"partition.{load_day}" in names:
+        first = last = files[f"partition.{load_day}"]
+    elif {f"min.{load_day}", f"max.{load_day}"} <= set(names):
+        first, last = files[f"min.{load_day}"], files[f"max.{load_day}"]
+    else:
+        return []
+    loaded_first, loaded_last = pc.cast(files["min.load_tstamp"], pa.date32()), pc.cast(files["max.load_tstamp"], pa.date32())
+    wrong = files.filter(pc.or_(pc.not_equal(first, loaded_first), pc.not_equal(last, loaded_last)))
+    if not wrong.num_rows:
+        return []
+    example = wrong.slice(0, 1).to_pylist()[0]
+    held = example.get(f"partition.{load_day}", example.get(f"min.{load_day}"))
+    return [
+        f"column {load_day} (source_load_date_column) does not hold the UTC date of load_tstamp in {wrong.num_rows} "
+        f"file(s), e.g. {example['path']}: {load_day} {held}, load_tstamp {example['min.load_tstamp']} to "
+        f"{example['max.load_tstamp']}; runs reading load days by it would skip events"
+    ]
+
+
+def require_processable(uri: str, settings: IncrementalSettings) -> None:
+    """Raise SourceContractError naming every problem of the source table at `uri`: read from its
+    Delta log (no Spark job), before a run decides its window."""
+    try:
+        table = deltalake.DeltaTable(uri)
+        schema = pa.schema(table.schema().to_arrow())
+    except TableNotFoundError:
+        raise SourceContractError(
+            f"No source events table at {uri}: load an export (incremental-assets load FILE), generate the "
+            "sample (incremental-assets generate), or point INCREMENTAL_ASSETS_SOURCE at your Delta table"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - a corrupted log, storage refusing access: named as the source's
+        raise SourceContractError(f"The source events table at {uri} cannot be read: {error}") from error
+    problems = contract_problems(schema, settings) or load_day_problems(table, settings.source_load_date_column)
+    if problems:
+        raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))
+
+
+def _is(arrow: pa.DataType, kind: T.DataType) -> bool:
+    if isinstance(kind, T.StringType):
+        return pa.types.is_string(arrow) or pa.types.is_large_string(arrow) or pa.types.is_string_view(arrow)
+    return pa.types.is_timestamp(arrow)
+
+
+def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, cursor: str) -> tuple[Snapshot, Arrivals]:
+    """The source's snapshot now, and the rows added to it after `since` (all of them: None), by
+    arrival class. A file whose statistics put every row in one class is not read (Delta keeps
+    timestamp statistics to the millisecond, so a maximum may hide up to a millisecond more);
+    the cursor of the others, and of every file with rows behind it, is read with Arrow, no JVM."""
+    now, files = added_since(uri, since)
+    judged, unread = [], []
+    for added in files:
+        low, high, nulls = added.minimum.get(cursor), added.maximum.get(cursor), added.nulls.get(cursor)
+        arrival = None
+        if added.rows is not None and nulls == added.rows:
+            arrival = Arrival.NULL_CURSOR
+        elif added.rows is not None and nulls == 0 and low is not None and high is not None:
+            arrival = bounds.reason_of_range(low, high + timedelta(microseconds=999))
+        if arrival is None or arrival is Arrival.BEHIND:  # behind: its exact range is wanted
+            unread.append(added)
+        else:
+            judged.append(all_of(added.rows, arrival))
+    read = count_arrow(read_column(uri, unread, cursor), bounds) if unread else NOTHING_ARRIVED
+    return now, total(judged) + read

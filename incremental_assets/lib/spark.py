@@ -1,0 +1,312 @@
+"""One Delta-enabled SparkSession per process (so: per run with the in-process executor).
+
+The Delta jars are resolved from Maven Central once, by Spark's own package resolution in a child
+process with the project's Ivy settings (never the user's ~/.m2 or ~/.ivy2), into a cache the
+project owns. Every later start points `spark.jars` at the cached files and needs no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyspark
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
+from pyspark.sql import SparkSession
+
+from incremental_assets.lib.environment import jar_cache_dir
+
+# delta-spark_2.13 4.0.x is built against Spark 4.0 (pyproject pins the matching pyspark); other
+# pairs are compared in benchmarks/engine.md.
+DELTA_VERSION = "4.0.1"
+DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
+JAR_LIST_FILE = "resolved-jars.txt"
+
+# Ivy's default public resolver only (Maven Central; the cache is spark.jars.ivy). Spark's default
+# settings look in ~/.m2 and ~/.ivy2 first, and a POM there without its jar (left by `mvn
+# dependency:get` or an interrupted build) makes Ivy pick that copy and then fail to download the jar.
+IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="central"/>
+  <resolvers>
+    <ibiblio name="central" m2compatible="true" usepoms="true"/>
+  </resolvers>
+</ivysettings>
+"""
+
+# Run in a fresh interpreter: a process whose JVM is already up would reuse it and resolve nothing.
+RESOLVE_SCRIPT = """
+import json, sys
+from pyspark.sql import SparkSession
+builder = SparkSession.builder.master("local[1]").appName("incremental_assets-resolve-jars")
+for key, value in json.loads(sys.argv[1]).items():
+    builder = builder.config(key, value)
+builder.getOrCreate().stop()
+"""
+
+# Lines of Ivy's and Spark's output that say why a resolution failed.
+FAILURE_MARKERS = (
+    "unresolved dependency",
+    "not found",
+    "download failed",
+    "failed downloads",
+    "unknownhost",
+    "connection",
+    "server access error",
+    "timed out",
+    "exception in thread",
+)
+
+# Shuffles sized to the data: adaptive execution coalesces the shuffle partitions to what
+# each stage holds, and turns a join whose side proves small at run time (the sessions of a run, a
+# quarantine list) into a broadcast. Applied to Spark Connect sessions too.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.autoBroadcastJoinThreshold": "64MB",
+    # Groups a task's object-hash aggregation (the daily layer's collect_set) holds before it sorts
+    # its rows instead: Spark's 128 made a daily run over weeks sort every event, where its (user,
+    # day) groups fit in memory.
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "100000",
+}
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+# The throughput collector: a run is a batch of CPU-bound scans and writes, not a service whose
+# pauses matter.
+JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+# Set by the command line: the JVM's own log (Spark's errors and their Java frames) goes to this
+# file instead of the terminal, beside the run's event stream.
+JVM_LOG_ENV = "INCREMENTAL_ASSETS_JVM_LOG"
+JVM_LOG_CONFIG = """rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+LOCAL_CONF = {
+    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+    # Manifests and scratch tables are small: a handful of snapshot partitions keeps Delta
+    # log replay from scheduling 50 tasks per table read.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def driver_memory(physical_bytes: int) -> str:
+    """The local driver's heap: a third of the machine's memory, from 2 GiB up to 8 GiB (a
+    bigger heap sorts and writes a big window in fewer collections; more buys nothing here)."""
+    gib = physical_bytes // 3 // 2**30
+    return f"{min(max(gib, 2), 8)}g"
+
+
+def _version_dir() -> Path:
+    return jar_cache_dir() / f"delta-{DELTA_VERSION}"
+
+
+def cached_delta_jars() -> list[str] | None:
+    """The jar files resolved at set-up, or None when the cache is missing or incomplete."""
+    listing = _version_dir() / JAR_LIST_FILE
+    if not listing.exists():
+        return None
+    jars = listing.read_text().split()
+    if not jars or not all(Path(jar).exists() for jar in jars):
+        return None
+    return jars
+
+
+def resolve_delta_jars() -> list[str]:
+    """Resolve the Delta jars into the project cache (idempotent); returns the jar paths."""
+    jars = cached_delta_jars()
+    if jars is None:
+        jars = not_shipped_with_spark(_resolve(DELTA_PACKAGE))
+        (_version_dir() / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
+    return jars
+
+
+def _artifact(jar_name: str) -> str:
+    """`parquet-column-1.17.0.jar` -> `parquet-column` (Ivy's names carry an `org_` prefix too)."""
+    return re.sub(r"-\d[^-]*(-\d+)?\.jar$", "", jar_name)
+
+
+def not_shipped_with_spark(jars: list[str]) -> list[str]:
+    """The resolved jars whose artifact Spark does not already ship (Delta's POM names Parquet,
+    Hadoop, Jackson, log4j...): Spark's own copy is on the class path first, so a second, older
+    copy would only be shadowed, or clash, and cost start-up time."""
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [jar for jar in jars if _artifact(Path(jar).name.split("_", 1)[1]) not in shipped]
+
+
+def _resolve(package: str) -> list[str]:
+    """Resolve `package` ("group:artifact:version") and its dependencies into the project cache.
+
+    A failure raises with Ivy's reason: in-process, Spark would only report that the Java
+    gateway exited.
+    """
+    ivy = _version_dir() / "ivy"
+    settings = _version_dir() / "ivysettings.xml"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(IVY_SETTINGS)
+    conf = {
+        "spark.jars.packages": package,
+        "spark.jars.ivy": str(ivy),
+        "spark.jars.ivySettings": str(settings),
+        "spark.ui.enabled": "false",
+    }
+    # Without Spark Connect variables the child starts a local JVM, which is what resolves.
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    result = subprocess.run(
+        [sys.executable, "-c", RESOLVE_SCRIPT, json.dumps(conf)], env=env, capture_output=True, text=True
+    )
+    group, artifact, version = package.split(":")
+    jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar"))
+    if result.returncode != 0 or f"{group}_{artifact}-{version}.jar" not in {Path(j).name for j in jars}:
+        raise RuntimeError(
+            f"Could not resolve {package} from Maven Central into {ivy} (Ivy settings: {settings}):\n"
+            + _failure_cause(result.stdout + result.stderr)
+        )
+    return jars
+
+
+def _failure_cause(output: str) -> str:
+    """The lines of the resolver's output that name the cause, or its tail when none does."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    cause = [line for line in lines if any(marker in line.lower() for marker in FAILURE_MARKERS)]
+    return "\n".join(dict.fromkeys(cause or lines[-20:]))
+
+
+def build_spark_session(
+    master: str | None = None,
+    remote: str | None = None,
+    shuffle_partitions: int | None = None,
+    app_name: str = "incremental_assets",
+    extra_conf: dict[str, Any] | None = None,
+) -> SparkSession:
+    """Return the process's Delta-enabled session, creating it on first use.
+
+    `remote` (or SPARK_REMOTE) selects Spark Connect; the server then owns the Delta jars.
+    """
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    # PySpark converts timestamps to and from the Python process's local zone: make it UTC too.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    builder = SparkSession.builder.appName(app_name)
+    if remote:
+        builder = builder.remote(remote)
+    else:
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+        for key, value in driver_conf().items():
+            builder = builder.config(key, value)
+    sql_conf = dict(SQL_CONF)
+    if shuffle_partitions:
+        sql_conf[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
+    for key, value in {**sql_conf, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    with _jvm_stderr_to(None if remote else os.environ.get(JVM_LOG_ENV)):
+        session = builder.getOrCreate()
+    if not remote:
+        session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+        # Two per core of the cluster: every core busy on a big stage, which adaptive execution
+        # coalesces for a small one (Spark's fixed 200 costs a task and a file each).
+        sql_conf.setdefault(SHUFFLE_PARTITIONS, str(2 * session.sparkContext.defaultParallelism))
+    for key, value in sql_conf.items():  # a session that already existed gets them too
+        session.conf.set(key, value)
+    return session
+
+
+@contextlib.contextmanager
+def _jvm_stderr_to(path: str | None):
+    """With a path: the JVM started inside writes its standard error there (it inherits this
+    process's file descriptor 2 when it starts; the JVM's own warnings come before any logger)."""
+    if not path:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved, log = os.dup(2), os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(log)
+        os.close(saved)
+
+
+def driver_conf() -> dict[str, str]:
+    """What a Spark driver of this project needs at launch: Delta's jars (from the cache; resolved
+    first, with the network once, when set-up was skipped) and extensions, UTC. A Spark Connect
+    server started for the project takes the same (`spark-submit --conf`)."""
+    memory = driver_memory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    java = f"{JAVA_OPTIONS} {jvm_log_option()}".strip()
+    return {
+        **LOCAL_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.memory": memory, **DELTA_CONF,
+        "spark.jars": ",".join(resolve_delta_jars()),
+    }
+
+
+def jvm_log_option() -> str:
+    """The driver JVM's option that sends its log to the file JVM_LOG_ENV names ('' when unset)."""
+    path = os.environ.get(JVM_LOG_ENV)
+    if not path:
+        return ""
+    config = Path(f"{path}.log4j2.properties")
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(JVM_LOG_CONFIG.format(path=path))
+    return f"-Dlog4j2.configurationFile={config.as_uri()}"
+
+
+def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]") -> list[str]:
+    """spark-submit, from the pyspark distribution, starting a Spark Connect server on host:port
+    with the project's driver settings (Delta's plugin is not needed: no `delta.tables` client)."""
+    conf = {**driver_conf(), "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)}
+    return [
+        str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", master,
+        *[arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")],
+    ]
+
+
+class SparkResource(LazyPySparkResource):
+    """The run's SparkSession, started on first use of `spark_session`: a step that fails its
+    checks first never pays for a JVM. With the in-process executor every step of a run shares it.
+    """
+
+    master: str | None = Field(default=None, description="Spark master URL; default SPARK_MASTER or local[*]")
+    remote: str | None = Field(default=None, description="Spark Connect URL; default SPARK_REMOTE")
+    shuffle_partitions: int | None = Field(
+        default=None, description="spark.sql.shuffle.partitions; default two per core, coalesced to the data by adaptive execution"
+    )
+    spark_config: dict[str, Any] = Field(default_factory=dict, description="Any other Spark settings")
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        """The project's resource, not Dagster's: keeps the UI and telemetry from labelling it theirs."""
+        return False
+
+    def _init_session(self) -> None:
+        """dagster-pyspark's builds a bare session from spark_config; this adds the project's
+        Delta, UTC and jar-cache settings and Spark Connect."""
+        if self._spark_session is None:
+            self._spark_session = build_spark_session(
+                master=self.master,
+                remote=self.remote,
+                shuffle_partitions=self.shuffle_partitions,
+                extra_conf=self.spark_config,
+            )

@@ -1,0 +1,1 @@
+"""The state of the warehouse: manifests, run log and lease, table fingerprints and plans, refresh and maintenance."""

@@ -1,0 +1,84 @@
+"""Where the run log is written: the lease when a run starts writing (a run's first writer,
+refresh and maintenance acquire it, with `alive_in` to judge other holders), and each asset's
+outcome when its step ends (the hooks below, attached to the jobs)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Callable
+
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRunStatus,
+    HookContext,
+    MetadataValue,
+    failure_hook,
+    success_hook,
+)
+
+from incremental_assets.lib.metadata import markdown_table, materialization_metadata
+from incremental_assets.lib.state.run_log import PROCESSED, Record
+from incremental_assets.lib.state.store import StateStore
+
+LIVE = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
+
+
+def alive_in(instance: DagsterInstance) -> Callable[[Record], bool]:
+    """Whether a lease's run may still be writing: the Dagster instance says it is live, and, on
+    this machine, its process exists (a killed process leaves its run 'started' forever)."""
+
+    def alive(record: Record) -> bool:
+        run = instance.get_run_by_id(record.run_id)
+        if run is not None and run.status not in LIVE:
+            return False
+        if record.host == socket.gethostname() and record.pid is not None:
+            # This very process runs one run at a time: an older lease of its own is over.
+            return record.pid != os.getpid() and _process_exists(record.pid)
+        return True  # another machine's run that this instance does not know: only an operator can tell
+
+    return alive
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        pass
+    return True
+
+
+@success_hook(required_resource_keys={"state"})
+def record_processed(context: HookContext) -> None:
+    """Each asset the step materialized: Processed, with its row counts and skip reasons."""
+    state: StateStore = context.resources.state
+    for event in context.instance.all_logs(context.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
+        if event.step_key == context.step_key:
+            materialization = event.asset_materialization
+            state.record(
+                context.run_id, materialization.asset_key.path[-1], PROCESSED, materialization_metadata(materialization),
+                partition=materialization.partition,
+            )
+
+
+@failure_hook(required_resource_keys={"state"})
+def record_failed(context: HookContext) -> None:
+    """A failed step ends the run's writing: every asset still open is Failed, with the error."""
+    error = context.op_exception
+    context.resources.state.close_open(context.run_id, f"step {context.step_key} failed: {error!r}"[:2000])
+
+
+def as_markdown(rows: list[dict]) -> MetadataValue:
+    """A run's records as a table for an asset's metadata in the UI."""
+    return markdown_table(
+        ["recorded_at", "asset", "partition", "status", "rows read", "rows", "skipped", "message"],
+        [[str(r["recorded_at"])[:19], r["asset"], r.get("partition"), r["status"], r.get("rows_read"), r["rows"],
+          r["skipped"], r["message"]] for r in rows],
+    )
+
+
+# The run log records each asset's outcome when its step ends (the lease is taken at the first write).
+RUN_LOG_HOOKS = {record_processed, record_failed}

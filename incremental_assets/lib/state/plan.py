@@ -1,0 +1,83 @@
+"""A change of settings, planned: every table built from the source has a fingerprint of the
+settings and definitions its content depends on (lib/state/fingerprints.py), recorded by the
+state store when it was built. A run whose settings give another fingerprint for any table is
+refused before it writes, with the plan; `incremental-assets apply` or `apply_plan_job` carries it
+out (lib/operations/apply.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Mapping
+
+from dagster import Failure
+
+from incremental_assets.lib.catalog import (
+    ATTRIBUTES,
+    DAILY_AGGREGATES,
+    DAILY_MANIFEST,
+    DAILY_RULES,
+    EVENT_RULES,
+    FILTERED_EVENTS,
+    LIFECYCLE,
+    QUARANTINE,
+    SOURCE_RULES,
+    known_incremental,
+)
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.fingerprints import Fingerprint, Plan, fingerprint_of, plan
+from incremental_assets.lib.state.hooks import alive_in
+from incremental_assets.lib.state.store import StateStore, run_of
+
+# What each table's content depends on; an incremental asset not named here (a user's own) on the
+# source rules, and on its declared code version.
+TABLE_RULES = {
+    LIFECYCLE: SOURCE_RULES, QUARANTINE: SOURCE_RULES, FILTERED_EVENTS: EVENT_RULES, DAILY_MANIFEST: EVENT_RULES,
+    DAILY_AGGREGATES: DAILY_RULES, ATTRIBUTES: DAILY_RULES,
+}
+WITH_ATTRIBUTES = (DAILY_AGGREGATES, ATTRIBUTES)
+
+
+def current_fingerprints(settings: IncrementalSettings, incremental: Mapping[str, str | None]) -> dict[str, Fingerprint]:
+    """Every table's fingerprint under `settings`, upstream first; `incremental`: the incremental
+    assets of the definitions (the built-in ones and a user's own) and their code versions."""
+    values = settings.model_dump()
+    attributes = {a.name: a.as_definition() for a in settings.attributes}
+    tables = [LIFECYCLE, QUARANTINE, *sorted(incremental), DAILY_MANIFEST, DAILY_AGGREGATES, ATTRIBUTES]
+    return {
+        table: fingerprint_of(values, TABLE_RULES.get(table, SOURCE_RULES),
+                              attributes if table in WITH_ATTRIBUTES else None, incremental.get(table))
+        for table in tables
+    }
+
+
+def pending_plan(
+    settings: IncrementalSettings, state: StateStore, incremental: Mapping[str, str | None],
+    forward_only: bool = False,
+) -> tuple[Plan, dict[str, Fingerprint]]:
+    """The plan from the tables' recorded fingerprints to the current settings' (no Spark), and
+    the current fingerprints."""
+    current = current_fingerprints(settings, incremental)
+    return plan(state.fingerprints(), current, forward_only), current
+
+
+def refusal(changes: Plan) -> str:
+    """Why a run does not start while a plan is pending, with the plan."""
+    return "refused: the settings differ from those the tables were built under. " + " ".join(changes.describe())
+
+
+def start_writing(
+    context, settings: IncrementalSettings, state: StateStore, window: tuple[datetime, datetime] | None = None
+) -> None:
+    """A run's first writer, before it writes: refused while a plan is pending (Failure, with the
+    plan), else it takes the run log's lease for every asset the run writes (over `window`, the
+    run's limits), recording the fingerprints of tables new to the warehouse under the current
+    settings."""
+    changes, current = pending_plan(settings, state, known_incremental(context))
+    if not changes.empty:
+        raise Failure(description=refusal(changes), allow_retries=False)
+    run_id = run_of(context)
+    if run_id is not None:
+        assets = sorted(key.path[-1] for key in context.job_def.asset_layer.selected_asset_keys)
+        adopted = {table: current[table] for table in changes.adopted}
+        state.acquire(run_id, assets, window, alive_in(context.instance), adopt=adopted)

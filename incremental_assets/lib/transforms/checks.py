@@ -1,0 +1,45 @@
+"""What the asset checks look for, as DataFrame → DataFrame functions: each returns the
+offending rows, so an empty result is a pass and the rows found are the evidence."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from incremental_assets.lib.transforms.sessions import ID_HASH, SESSION, days, duplicated_ids, id_hash
+
+
+def duplicated(rows: DataFrame, keys: list[str]) -> DataFrame:
+    """One row per key that more than one row holds, with how many (`count`)."""
+    return rows.groupBy(*keys).count().where(F.col("count") > 1)
+
+
+def duplicated_event_ids(rows: DataFrame) -> DataFrame:
+    """`duplicated(rows, ["event_id"])` for millions of rows: counted on the ids' 64-bit hashes
+    first (`duplicated_ids`, as the batch's dedupe), then by id among the rows of a shared hash
+    alone. When all is well no hash is shared, and Spark skips that second scan."""
+    shared = duplicated_ids(rows).select(ID_HASH)
+    suspects = rows.withColumn(ID_HASH, id_hash()).join(F.broadcast(shared), ID_HASH, "left_semi").drop(ID_HASH)
+    return duplicated(suspects, ["event_id"])
+
+
+def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFrame:
+    """Sessions stored more than once, or whose bounds break start <= end <= start + max_session_days."""
+    start, end = F.col("start_tstamp"), F.col("end_tstamp")
+    problem = (
+        F.when(F.col("_rows") > 1, "stored more than once")
+        .when(start.isNull() | end.isNull(), "missing start or end")
+        .when(start > end, "start after end")
+        .when(end > start + days(max_session_days), "end beyond start + max_session_days")
+    )
+    counted = lifecycle.withColumn("_rows", F.count(F.lit(1)).over(Window.partitionBy(SESSION)))
+    return counted.select(SESSION, "start_tstamp", "end_tstamp", problem.alias("problem")).where(F.col("problem").isNotNull())
+
+
+def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_session_days: int) -> DataFrame:
+    """Events outside their session's span [start, start + max_session_days] on the cursor `ts`, or
+    of a session the lifecycle manifest does not hold."""
+    sessions = lifecycle.select(SESSION, F.col("start_tstamp").alias("session_start"))
+    start = F.col("session_start")
+    outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + days(max_session_days))
+    return events.join(sessions, SESSION, "left").where(outside).select("event_id", SESSION, ts, "session_start")

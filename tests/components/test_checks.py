@@ -1,0 +1,262 @@
+"""The asset checks: what each looks for on hand-made rows, what it reads on real Delta tables,
+and the stranded-late-events warning."""
+
+from datetime import date, datetime, timedelta
+
+import pytest
+from dagster import AssetCheckSeverity, AssetMaterialization, DagsterInstance, asset, build_op_context, materialize
+from pyspark.sql import functions as F
+
+from incremental_assets.definitions import freshness_checks
+from incremental_assets.defs.base.sessions import sessions_unique_and_within_cap
+from incremental_assets.defs.daily.manifest import late_events_stranded_beyond_horizon
+from incremental_assets.defs.incremental.filtered_events import filtered_events_checks, manifest_consistent_with_tables
+from incremental_assets.lib.catalog import DAILY_AGGREGATES, FILTERED_EVENTS
+from incremental_assets.lib.catalog import LIFECYCLE as LIFECYCLE_NAME
+from incremental_assets.lib.delta.log import stored_max
+from incremental_assets.lib.delta.spec import WriteMode
+from incremental_assets.lib.delta.write import WriteRequest, create_with_change_feed, write
+from incremental_assets.lib.incremental.days import mismatched_days
+from incremental_assets.lib.incremental.limits import BatchStats, Cursor, RunLimits, RunState
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.records import BEYOND_HORIZON, PROCESSED, DayStatus
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import sessions as T
+from tests.spark.test_transforms import LIFECYCLE, frame
+
+
+def test_stranded_late_events_warn(spark, warehouse):
+    state = StateStore()
+    state.save_days([DayStatus(date(2024, 3, 1), processed_events=10, status=PROCESSED)], consumed_version=1)
+    assert late_events_stranded_beyond_horizon(state=state).passed
+
+    state.save_days([DayStatus(date(2024, 2, 1), pending_late_events=7, status=BEYOND_HORIZON)])
+    result = late_events_stranded_beyond_horizon(state=state)
+    assert not result.passed and result.severity == AssetCheckSeverity.WARN
+    assert result.metadata["pending_late_events"].value == 7
+    assert state.consumed_version() == 1
+
+
+# What the blocking checks look for, on hand-made rows (max_session_days 3; times in January 2021).
+
+def _t(text: str) -> datetime:
+    return datetime.fromisoformat(f"2021-01-{text}")
+
+
+def test_duplicated_names_each_key_held_twice(spark):
+    rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
+    assert sorted(tuple(r) for r in C.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
+
+
+@pytest.mark.parametrize("every_hash_shared", [False, True])
+def test_duplicated_event_ids_count_by_id_what_their_hashes_flag(spark, monkeypatch, every_hash_shared):
+    """Hashes only narrow the search: as if every id shared one hash (a collision), still the ids
+    held twice, and none of a table without them."""
+    if every_hash_shared:
+        monkeypatch.setattr(F, "xxhash64", lambda *columns: F.lit(7).cast("long"))
+    rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
+    assert sorted(tuple(r) for r in C.duplicated_event_ids(rows).collect()) == [("b", 2), ("c", 3)]
+    assert C.duplicated_event_ids(rows.distinct()).collect() == []
+
+
+def test_lifecycle_violations_find_each_broken_rule(spark):
+    lifecycle = frame(spark, LIFECYCLE, [
+        ("ok", "u", _t("01 00:00"), _t("04 00:00")),       # end exactly at start + 3 days: allowed
+        ("twice", "u", _t("01 00:00"), _t("01 01:00")),
+        ("twice", "u", _t("01 00:00"), _t("01 02:00")),
+        ("backwards", "u", _t("02 00:00"), _t("01 23:00")),
+        ("too_long", "u", _t("01 00:00"), _t("04 00:00:01")),  # a second past the cap
+        ("no_end", "u", _t("01 00:00"), None),
+    ])
+    found = {(r.session_identifier, r.problem) for r in C.lifecycle_violations(lifecycle, 3).collect()}
+    assert found == {
+        ("twice", "stored more than once"), ("backwards", "start after end"),
+        ("too_long", "end beyond start + max_session_days"), ("no_end", "missing start or end"),
+    }
+
+
+def test_events_beyond_cap_are_outside_their_session_span(spark):
+    lifecycle = frame(spark, LIFECYCLE, [("S1", "u", _t("01 00:00"), _t("03 00:00"))])
+    events = frame(spark, "event_id string, session_identifier string, load_tstamp timestamp", [
+        ("start", "S1", _t("01 00:00")), ("at_cap", "S1", _t("04 00:00")),
+        ("past_cap", "S1", _t("04 00:00:01")), ("before_start", "S1", _t("01 00:00") - timedelta(seconds=1)),
+        ("orphan", "S9", _t("02 00:00")),
+    ])
+    assert {r.event_id for r in C.events_beyond_cap(events, lifecycle, "load_tstamp", 3).collect()} == {
+        "past_cap", "before_start", "orphan"
+    }
+
+
+def test_daily_mismatches_compare_each_day_both_ways():
+    # Day 1: 3 aggregated, 3 held (agrees); day 2: 5 vs 4; day 3: none aggregated, 1 held; day 4: 1 vs none.
+    aggregated = {date(2021, 1, 1): 3, date(2021, 1, 2): 5, date(2021, 1, 4): 1}
+    held = {date(2021, 1, 1): 3, date(2021, 1, 2): 4, date(2021, 1, 3): 1}
+    assert [tuple(row.values()) for row in mismatched_days(aggregated, held)] == [
+        (date(2021, 1, 2), 5, 4), (date(2021, 1, 3), 0, 1), (date(2021, 1, 4), 1, 0)
+    ]
+
+
+# The checks on real Delta tables: they read what the latest write changed, and fail on a planted fault.
+
+def _materialized(instance, asset: str, **metadata) -> None:
+    instance.report_runless_asset_event(AssetMaterialization(asset, metadata=metadata))
+
+
+def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_duplicate_and_an_uncapped_event(
+    spark, spark_resource, warehouse
+):
+    """Session S1 starts on 1 March at 00:00 (max_session_days 3); events e1, e2 are inside it."""
+    uri = f"{warehouse}/filtered_events"
+    schema = "event_id string, session_identifier string, load_tstamp timestamp, event_date date"
+    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 2), date(2024, 3, 1))])
+    write(spark, lifecycle, WriteRequest(f"{warehouse}/{LIFECYCLE_NAME}", WriteMode.UPSERT, [T.SESSION], ["start_date"]))
+    create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["event_date"])
+    old = frame(spark, schema, [("e1", "S1", datetime(2024, 3, 1, 1), date(2024, 3, 1)), ("e2", "S1", datetime(2024, 3, 1, 2), date(2024, 3, 1))])
+    first = write(spark, old, WriteRequest(uri, WriteMode.MERGE_INSERT, ["event_id"], ["event_date"]))
+    instance = DagsterInstance.ephemeral()
+    context = build_op_context(instance=instance)
+    assert all(r.passed for r in _checked(context, spark_resource).values())  # nothing materialized yet: nothing read
+
+    _materialized(instance, FILTERED_EVENTS, rows_inserted=2, delta_version=first.version, **{"dagster/uri": uri})
+    assert all(r.passed for r in _checked(context, spark_resource).values())
+
+    # Another writer appends a second copy of e2 into its day and an event of S1 a second past its
+    # cap (plain Spark, no MERGE): the next checks catch both, and name them.
+    foreign_rows = [("e2", "S1", datetime(2024, 3, 1, 3), date(2024, 3, 1)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4))]
+    foreign = write(spark, frame(spark, schema, foreign_rows), WriteRequest(uri, WriteMode.APPEND, partition_by=["event_date"]))
+    _materialized(
+        instance, FILTERED_EVENTS, rows_inserted=2, delta_version=foreign.version, merge_target_floor="2024-02-01",
+        **{"dagster/uri": uri},
+    )
+    results = _checked(context, spark_resource)
+    unique, capped = results["event_id_unique"], results["events_within_session_cap"]
+    assert not unique.passed and unique.metadata["examples"].value == [{"event_id": "e2", "count": "2"}]
+    # The days that write added files to (1 and 4 March), read from its commit in the log.
+    assert unique.metadata["checked"].value == f"every id in the 2 day(s) version {foreign.version} inserted into"
+    assert not capped.passed and [e["event_id"] for e in capped.metadata["examples"].value] == ["e3"]
+
+    # A write that changed nothing passes without reading (the quiet hour's cost).
+    _materialized(instance, FILTERED_EVENTS, rows_inserted=0, delta_version=foreign.version, **{"dagster/uri": uri})
+    assert all(r.metadata["checked"].value.startswith("nothing") for r in _checked(context, spark_resource).values())
+
+
+def _checked(context, spark_resource) -> dict:
+    results = filtered_events_checks(context, spark=spark_resource, settings=IncrementalSettings(session_timestamp="load_tstamp"))
+    return {result.check_name: result for result in results}
+
+
+def test_lifecycle_check_reads_from_the_write_floor_on(spark, spark_resource, warehouse):
+    uri = f"{warehouse}/sessions_lifecycle_manifest"
+    rows = frame(spark, LIFECYCLE + ", start_date date", [
+        ("old_bad", "u", _t("01 00:00"), _t("09 00:00"), date(2021, 1, 1)),   # before the floor: not read
+        ("new_bad", "u", _t("10 00:00"), _t("09 00:00"), date(2021, 1, 10)),
+    ])
+    written = write(spark, rows, WriteRequest(uri, WriteMode.UPSERT, [T.SESSION], ["start_date"]))
+    instance = DagsterInstance.ephemeral()
+    _materialized(
+        instance, LIFECYCLE_NAME, rows_inserted=2, delta_version=written.version, merge_target_floor="2021-01-05",
+        **{"dagster/uri": uri},
+    )
+    result = sessions_unique_and_within_cap(build_op_context(instance=instance), spark=spark_resource, settings=IncrementalSettings())
+    assert not result.passed
+    assert [e["session_identifier"] for e in result.metadata["examples"].value] == ["new_bad"]
+
+
+@pytest.mark.parametrize("hours, fresh", [(1.0, True), (1e-9, False)])
+def test_freshness_checks_take_their_thresholds_from_the_settings(hours, fresh):
+    """Just materialized: fresh within an hour, stale with a threshold of a few microseconds."""
+
+    @asset(name=FILTERED_EVENTS)
+    def stub_events():
+        return 1
+
+    @asset(name=DAILY_AGGREGATES)
+    def stub_daily():
+        return 1
+
+    settings = IncrementalSettings(filtered_events_fresh_hours=hours, daily_aggregates_fresh_hours=hours)
+    result = materialize([stub_events, stub_daily, *freshness_checks(settings)], instance=DagsterInstance.ephemeral())
+    evaluations = {e.asset_key.path[-1]: e.passed for e in result.get_asset_check_evaluations()}
+    assert evaluations == {FILTERED_EVENTS: fresh, DAILY_AGGREGATES: fresh}
+
+
+def _advanced_to(state: StateStore, model: str, batch_max: datetime) -> None:
+    limits = RunLimits(RunState.STANDARD, batch_max - timedelta(hours=6), batch_max, batch_max)
+    state.save_entry(Cursor(model, state.entries().get(model), BatchStats(limits, 1, batch_max, None)).advanced(), "run")
+
+
+def test_manifest_consistency_fails_once_a_position_is_past_the_stored_data(spark, warehouse):
+    """Sessions end at 2 March 10:00 at the latest: a manifest at that moment agrees, one a second later does not."""
+    state = StateStore()
+    assert manifest_consistent_with_tables(state=state).passed  # nothing stored, nothing claimed
+
+    latest_end = datetime(2024, 3, 2, 10, 0, 0, 500)  # Delta's statistics keep 10:00:00.000 of it
+    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [
+        ("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 1, 5), date(2024, 3, 1)),
+        ("S2", "u", datetime(2024, 3, 2), latest_end, date(2024, 3, 2)),
+    ])
+    write(spark, lifecycle, WriteRequest(f"{warehouse}/{LIFECYCLE_NAME}", WriteMode.UPSERT, [T.SESSION], ["start_date"]))
+    _advanced_to(state, FILTERED_EVENTS, latest_end)
+    _advanced_to(state, "sessions", datetime(2024, 3, 1, 5))
+    clean = manifest_consistent_with_tables(state=state)
+    assert clean.passed and clean.metadata["greatest_cursor_value_stored"].value == "2024-03-02 10:00:00"
+
+    _advanced_to(state, "sessions", latest_end + timedelta(milliseconds=1))  # a position no stored event backs
+    result = manifest_consistent_with_tables(state=state)
+    assert not result.passed and result.severity == AssetCheckSeverity.ERROR
+    assert result.metadata["ahead_of_the_tables"].value == [{"model": "sessions", "last_success": "2024-03-02 10:00:00.001500"}]
+
+
+def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
+    uri = f"{warehouse}/times"
+    rows = frame(spark, "t timestamp, day date", [(datetime(2024, 1, 1), date(2024, 1, 1)), (datetime(2024, 1, 3), date(2024, 1, 3))])
+    write(spark, rows, WriteRequest(uri, WriteMode.APPEND, partition_by=["day"]))
+    assert stored_max(uri, "t").replace(tzinfo=None) == datetime(2024, 1, 3)
+    # A table that keeps no statistics: the column itself is read.
+    bare = f"{warehouse}/bare"
+    write(spark, rows, WriteRequest(bare, WriteMode.APPEND, properties={"delta.dataSkippingNumIndexedCols": "0"}))
+    assert stored_max(bare, "t").replace(tzinfo=None) == datetime(2024, 1, 3)
+    assert stored_max(f"{warehouse}/none", "t") is None
+
+
+def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, warehouse):
+    """The check inside daily_aggregates reads back what is stored for the run's days: here a table
+    planted before (invoked directly, no IO manager writes), 3 events on 1 March against the 2 that
+    filtered_events holds (as its log counts them)."""
+    from dagster import build_asset_context
+
+    from incremental_assets.defs.daily.aggregates import build_daily_assets
+
+    settings = IncrementalSettings(start_date="2024-03-01", attributes=[])
+    events = frame(spark, "event_id string, user_identifier string, event_date date, derived_tstamp timestamp", [
+        ("e1", "u1", date(2024, 3, 1), datetime(2024, 3, 1, 1)), ("e2", "u2", date(2024, 3, 1), datetime(2024, 3, 1, 2)),
+    ])
+    write(spark, events, WriteRequest(f"{warehouse}/{FILTERED_EVENTS}", WriteMode.APPEND, partition_by=["event_date"]))
+    daily = build_daily_assets(date(2024, 3, 1))
+
+    def reconcile(stored_counts):
+        rows = spark.createDataFrame(stored_counts, "attribute_key string, event_date date, events long")
+        write(spark, rows, WriteRequest(f"{warehouse}/{DAILY_AGGREGATES}", WriteMode.REPLACE))
+        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=events, settings=settings,
+                             state=StateStore()))
+        return outputs[-1]
+
+    clean = reconcile([("u1", date(2024, 3, 1), 1), ("u2", date(2024, 3, 1), 1)])
+    assert clean.passed
+    corrupted = reconcile([("u1", date(2024, 3, 1), 2), ("u2", date(2024, 3, 1), 1)])
+    assert not corrupted.passed
+    assert corrupted.metadata["examples"].value == [{"event_date": "2024-03-01", "aggregated": "3", "filtered_events": "2"}]
+
+
+def test_one_row_per_attribute_key_fails_on_a_key_stored_twice(spark, spark_resource, warehouse):
+    from incremental_assets.defs.daily.aggregates import one_row_per_attribute_key
+
+    uri = f"{warehouse}/attributes"
+    instance = DagsterInstance.ephemeral()
+    for rows in ([("u1",), ("u2",)], [("u1",)]):  # the second write, a foreign append, repeats u1
+        written = write(spark, spark.createDataFrame(rows, "attribute_key string"), WriteRequest(uri, WriteMode.APPEND))
+        _materialized(instance, "attributes", rows_inserted=len(rows), delta_version=written.version, **{"dagster/uri": uri})
+        result = one_row_per_attribute_key(build_op_context(instance=instance), spark=spark_resource)
+        assert result.passed == (rows != [("u1",)])
+    assert result.metadata["examples"].value == [{"attribute_key": "u1", "count": "2"}]

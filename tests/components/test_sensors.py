@@ -1,0 +1,142 @@
+"""The source and daily sensors: what each requests, once, and when it waits."""
+
+from datetime import datetime
+
+from deltalake import DeltaTable
+
+from incremental_assets.lib.catalog import INCREMENTAL_JOB
+from incremental_assets.lib.settings import IncrementalSettings
+
+SETTINGS = {"settings": IncrementalSettings()}  # the sensors' resource
+
+
+def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse):
+    from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+
+    instance = DagsterInstance.ephemeral()
+    assert isinstance(source_events_sensor(build_sensor_context(instance=instance, resources=SETTINGS)), SkipReason)
+    spark.range(3).write.format("delta").save(source_table_uri())
+    context = build_sensor_context(instance=instance, resources=SETTINGS)
+    request = source_events_sensor(context)
+    assert isinstance(request, RunRequest) and request.run_key == "source-version-0"
+    again = source_events_sensor(build_sensor_context(instance=instance, cursor=context.cursor, resources=SETTINGS))
+    assert isinstance(again, SkipReason) and "unchanged" in again.skip_message
+
+
+def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
+    from datetime import date
+
+    from dagster import DagsterInstance, build_sensor_context
+
+    from incremental_assets.defs.automation import daily_partitions_sensor
+    from incremental_assets.lib.incremental.days import PROCESSED, TO_PROCESS, DayStatus
+    from incremental_assets.lib.state.store import StateStore
+
+    days = [(date(2024, 3, 1), TO_PROCESS), (date(2024, 3, 2), TO_PROCESS), (date(2024, 3, 3), PROCESSED),
+            (date(2024, 3, 4), TO_PROCESS)]
+    StateStore().save_days([DayStatus(day, status=status) for day, status in days], consumed_version=0)
+    requests = daily_partitions_sensor(build_sensor_context(instance=DagsterInstance.ephemeral(), resources=SETTINGS))
+    ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
+    assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]
+    assert len({r.run_key for r in requests}) == 2 and all(r.run_key.endswith("manifest-v0") for r in requests)
+
+
+def test_source_sensor_waits_while_an_incremental_run_is_in_flight_then_requests_the_newest_load(spark, warehouse):
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+    first = build_sensor_context(instance=instance, resources=SETTINGS)
+    assert source_events_sensor(first).run_key == "source-version-0"
+
+    # Two more loads land while the requested run is in flight: no request, and the cursor waits.
+    run = instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="in-flight", status=DagsterRunStatus.STARTED))
+    for _ in range(2):
+        spark.range(1).write.format("delta").mode("append").save(source_table_uri())
+    busy = build_sensor_context(instance=instance, cursor=first.cursor, resources=SETTINGS)
+    skipped = source_events_sensor(busy)
+    assert isinstance(skipped, SkipReason) and "in-flight" in skipped.skip_message and busy.cursor == "0"
+
+    # Once it finished: one request for the newest version, which covers both loads.
+    instance.handle_run_event(run.run_id, _run_success(run))
+    after = build_sensor_context(instance=instance, cursor=busy.cursor, resources=SETTINGS)
+    request = source_events_sensor(after)
+    assert isinstance(request, RunRequest) and request.run_key == "source-version-2" and after.cursor == "2"
+
+
+def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_after_a_refresh(spark, warehouse):
+    from dagster import (
+        AssetMaterialization,
+        DagsterInstance,
+        DagsterRun,
+        DagsterRunStatus,
+        RunRequest,
+        SkipReason,
+        build_sensor_context,
+    )
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.catalog import EVENTS_THIS_RUN
+    from incremental_assets.lib.environment import source_table_uri
+    from incremental_assets.lib.incremental.limits import BatchStats, Cursor, RunLimits, RunState
+    from incremental_assets.lib.state.store import StateStore
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+
+    def tick(caught_up: bool | None = None):
+        if caught_up is not None:  # what an incremental run's batch recorded
+            instance.report_runless_asset_event(AssetMaterialization(EVENTS_THIS_RUN, metadata={"caught_up": caught_up}))
+        return source_events_sensor(build_sensor_context(instance=instance, cursor="0", resources=SETTINGS))
+
+    # The source is unchanged (cursor at its version 0): a run that left events past its window asks for
+    # another, keyed by that run, so each is requested once; a caught-up run asks for none.
+    behind = tick(caught_up=False)
+    assert isinstance(behind, RunRequest) and behind.run_key.startswith("catch-up-after-")
+    assert isinstance(tick(caught_up=True), SkipReason)
+
+    # A run that failed after its batch is not retried from here, whatever its batch said.
+    failed = instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="failed-run", status=DagsterRunStatus.FAILURE))
+    _store_materialization(instance, failed.run_id, AssetMaterialization(EVENTS_THIS_RUN, metadata={"caught_up": False}))
+    assert isinstance(source_events_sensor(build_sensor_context(instance=instance, cursor="0", resources=SETTINGS)), SkipReason)
+
+    # A full refresh empties the manifest: one rebuild run, keyed by the manifest's version.
+    state = StateStore()
+    moment = datetime(2024, 3, 1)
+    limits = RunLimits(RunState.FIRST_RUN, moment, moment, moment)
+    state.save_entry(Cursor("filtered_events", None, BatchStats(limits, 1, moment, None)).advanced(), "run")
+    # An incremental asset without its row (new, or emptied by a plan) is backfilled: one run.
+    assert tick().run_key == "rebuild-after-manifest-v0"
+    state.save_entry(Cursor("sessions", None, BatchStats(limits, 1, moment, None)).advanced(), "run")
+    assert isinstance(tick(), SkipReason)
+    DeltaTable(state.uri("incremental_manifest")).delete()
+    rebuild = tick()
+    assert isinstance(rebuild, RunRequest) and rebuild.run_key == "rebuild-after-manifest-v2"
+
+
+def _store_materialization(instance, run_id, materialization):
+    import time
+
+    from dagster import DagsterEvent, DagsterEventType
+    from dagster._core.events import StepMaterializationData
+    from dagster._core.events.log import EventLogEntry
+
+    event = DagsterEvent(
+        DagsterEventType.ASSET_MATERIALIZATION.value, job_name=INCREMENTAL_JOB,
+        event_specific_data=StepMaterializationData(materialization),
+    )
+    instance.store_event(EventLogEntry(
+        error_info=None, level="debug", user_message="", run_id=run_id, timestamp=time.time(), dagster_event=event
+    ))
+
+
+def _run_success(run):
+    from dagster import DagsterEvent, DagsterEventType
+
+    return DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name)

@@ -1,0 +1,194 @@
+"""The daily layer over the sample stream, checked against plain DataFrame queries on filtered_events."""
+
+import os
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance
+from deltalake import DeltaTable
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from incremental_assets.cli.runner import run_days, run_incremental
+from incremental_assets.definitions import build_definitions
+from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import DAILY_MANIFEST
+from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.settings import IncrementalSettings, SettingsError, load_settings
+from incremental_assets.lib.state.records import DEFERRED, PROCESSED
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.daily import daily_partials
+
+PARAMS = SampleParams(users=8, days=4, events_per_day=200, start_date=date(2024, 3, 1), seed=3, late_share=0.2)
+REFERENCE = date(2024, 3, 4)
+
+
+def settings(**overrides):
+    base = dict(start_date="2024-03-01", backfill_limit_days=2, attributes_reference_date=REFERENCE.isoformat())
+    return IncrementalSettings(**{**base, **overrides})
+
+
+def rows(df, order):
+    return [tuple(r) for r in df.orderBy(*order).collect()]
+
+
+def load_and_run(spark, chosen, runs=4):
+    uri = environment.table_uri(environment.ATOMIC_EVENTS)
+    generate_stream(spark, uri, PARAMS, hours=2 * 24)
+    instance = DagsterInstance.ephemeral()
+    summaries = []
+    for hours in [0] + [24] * (runs - 1):
+        if hours:
+            append_hours(spark, uri, hours)
+        summary = run_incremental(chosen, now="2024-03-05T00:00:00", instance=instance)
+        assert summary.success
+        summaries.append(summary)
+    return instance, summaries
+
+
+def table(spark, warehouse, name):
+    return read_table(spark, f"{warehouse}/{name}")
+
+
+def expected_attributes(events):
+    """Every sample attribute, straight from filtered_events."""
+    week = F.col("event_date").between(F.lit(date(2024, 2, 27)), F.lit(REFERENCE))
+    page_view = F.col("event_name") == "page_view"
+    latest_page = Window.partitionBy("user_identifier").orderBy(F.col("derived_tstamp").desc())
+    last_page = (
+        events.where(page_view & F.col("page_url").isNotNull())
+        .withColumn("n", F.row_number().over(latest_page)).where("n = 1")
+        .select(F.col("user_identifier").alias("k"), F.col("page_url").alias("last_page_url"))
+    )
+    per_user = events.groupBy(F.col("user_identifier").alias("k")).agg(
+        F.count_if(page_view).alias("page_views"),
+        F.count_if(page_view & week).alias("page_views_7d"),
+        F.count_distinct(F.when(week, F.col("session_identifier"))).alias("sessions_7d"),
+        F.min("derived_tstamp").alias("first_seen"),
+        F.max("derived_tstamp").alias("last_seen"),
+        F.array_sort(F.collect_set("app_id")).alias("distinct_apps"),
+        F.count_if(F.col("event_name") == "add_to_cart").alias("carts_added"),
+    )
+    return per_user.join(last_page, "k", "left").select(
+        "k", "page_views", "page_views_7d", "sessions_7d", "first_seen", "last_seen", "last_page_url",
+        "distinct_apps", "carts_added",
+    )
+
+
+def test_daily_aggregates_and_attributes_match_a_direct_computation(spark, warehouse):
+    chosen = settings(reprocess_days=30, min_rows_to_process=1)
+    _, summaries = load_and_run(spark, chosen)
+    assert any(s.daily_runs for s in summaries[1:]), "later runs recompute days"
+
+    events = table(spark, warehouse, "filtered_events")
+    daily = table(spark, warehouse, "daily_aggregates")
+    scratch = daily_partials(events, chosen.attribute_specs(), "user_identifier")
+    order = ["attribute_key", "event_date"]
+    assert rows(daily.select(*scratch.columns), order) == rows(scratch, order)
+
+    attributes = table(spark, warehouse, "attributes").withColumnRenamed("attribute_key", "k")
+    expected = expected_attributes(events)
+    assert rows(attributes.select(*expected.columns), ["k"]) == rows(expected, ["k"])
+    assert {d.status for d in StateStore().days().values()} == {PROCESSED}
+
+
+def test_late_days_stay_deferred_until_a_backfill_applies_them(spark, warehouse):
+    chosen = settings(reprocess_days=30, min_rows_to_process=10_000)
+    instance, _ = load_and_run(spark, chosen)
+    days = StateStore().days()
+    deferred = sorted(d for d, s in days.items() if s.status == DEFERRED)
+    assert deferred, "late data in the stream leaves some days deferred"
+
+    events = table(spark, warehouse, "filtered_events").groupBy("event_date").count()
+    aggregated = table(spark, warehouse, "daily_aggregates").groupBy("event_date").agg(F.sum("events").alias("n"))
+    behind = {r.event_date: r["count"] - (r.n or 0) for r in events.join(aggregated, "event_date", "left").collect()}
+    for day in deferred:
+        assert days[day].pending_late_events == behind[day] > 0
+
+    summary = run_days(chosen, deferred[0], deferred[-1], instance)
+    assert summary.success
+    after = StateStore().days()
+    assert all(after[d].status == PROCESSED and after[d].pending_late_events == 0 for d in deferred)
+    daily = table(spark, warehouse, "daily_aggregates")
+    scratch = daily_partials(table(spark, warehouse, "filtered_events"), chosen.attribute_specs(), "user_identifier")
+    order = ["attribute_key", "event_date"]
+    assert rows(daily.select(*scratch.columns), order) == rows(scratch, order)
+
+
+def test_a_thirty_day_backfill_is_one_run_with_per_day_row_counts(spark, warehouse):
+    chosen = settings()
+    instance, _ = load_and_run(spark, chosen, runs=1)
+    app_id = spark.sparkContext.applicationId
+    summary = run_days(chosen, date(2024, 3, 1), date(2024, 3, 30), instance)
+    assert summary.success and spark.sparkContext.applicationId == app_id
+    [run] = instance.get_runs()[:1]
+    assert run.run_id == summary.run_id
+    events = instance.get_records_for_run(summary.run_id).records
+    counts = {
+        e.event_log_entry.dagster_event.partition: e.event_log_entry.asset_materialization.metadata["dagster/row_count"].value
+        for e in events
+        if e.event_log_entry.is_dagster_event and e.event_log_entry.dagster_event.is_step_materialization
+        and e.event_log_entry.asset_materialization.asset_key.path[-1] == "daily_aggregates"
+    }
+    assert len(counts) == 30
+    daily = table(spark, warehouse, "daily_aggregates").groupBy("event_date").count().collect()
+    expected = {r.event_date.isoformat(): r["count"] for r in daily}
+    assert counts == {key: expected.get(key, 0) for key in counts}
+    assert len({v for v in counts.values()}) > 1
+
+
+@pytest.mark.parametrize(
+    "definition, message",
+    [
+        ({"name": "x", "aggregation": "median", "property": "page_url"}, "aggregation must be one of"),
+        ({"name": "x", "aggregation": "sum"}, "aggregation sum needs a property column"),
+        ({"name": "x", "aggregation": "count", "period": "last fortnight"}, "period must be 'lifetime' or 'last N days'"),
+    ],
+)
+def test_invalid_attribute_definitions_fail_at_load(definition, message):
+    with pytest.raises(SettingsError, match=message):
+        build_definitions(load_settings(overrides={"attributes": [definition]}, environ={}))
+
+
+def _age_log(uri: str, days: int) -> None:
+    """Make every commit file look `days` old: Delta's log cleanup goes by file time."""
+    past = time.time() - days * 86_400
+    for entry in Path(uri, "_delta_log").glob("*.json"):
+        os.utime(entry, (past, past))
+
+
+def _clean_up_log(uri: str) -> None:
+    """What Delta does after a checkpoint once delta.logRetentionDuration has passed."""
+    table = DeltaTable(uri)
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 1 hour"}, raise_if_not_exists=False)
+    table = DeltaTable(uri)
+    table.create_checkpoint()
+    _age_log(uri, 2)
+    table.cleanup_metadata()
+
+
+def test_the_daily_layer_counts_every_insert_once_after_delta_log_cleanup(spark, warehouse):
+    params = SampleParams(users=6, days=3, events_per_day=150, start_date=date(2024, 3, 1), seed=5, late_share=0.2)
+    chosen = IncrementalSettings(start_date="2024-03-01", reprocess_days=30, min_rows_to_process=1)
+    source = environment.table_uri(environment.ATOMIC_EVENTS)
+    generate_stream(spark, source, params, hours=36)
+    instance = DagsterInstance.ephemeral()
+    assert run_incremental(chosen, now="2024-03-02T12:00:00", instance=instance).success
+    state = StateStore()
+    consumed = state.consumed_version()
+    daily_uri = state.uri(DAILY_MANIFEST)
+
+    _clean_up_log(daily_uri)
+    assert not Path(daily_uri, "_delta_log", f"{0:020}.json").exists(), "the first commits are gone"
+    assert state.consumed_version() == consumed, "the consumed version outlives log cleanup"
+
+    append_hours(spark, source, 36)
+    assert run_incremental(chosen, now="2024-03-04T00:00:00", instance=instance).success
+    per_day = {r.event_date: r["count"] for r in read_table(spark, f"{warehouse}/filtered_events").groupBy("event_date").count().collect()}
+    days = state.days()
+    assert {d: s.processed_events + s.pending_late_events for d, s in days.items()} == per_day
+    assert {s.status for s in days.values()} == {"processed"}

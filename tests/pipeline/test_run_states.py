@@ -1,0 +1,140 @@
+"""State 2 (a new incremental asset backfills while the others skip), state 3 (a failed asset makes
+the next run sync), and an incremental asset materialized outside its job."""
+
+import pytest
+from dagster import DagsterInstance, Definitions, materialize
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from incremental_assets.definitions import build_definitions
+from incremental_assets.defs.base.limits import new_event_limits
+from incremental_assets.defs.base.sessions import NOTHING_NEW, session_batch, sessions_lifecycle_manifest
+from incremental_assets.defs.incremental.sessions import sessions
+from incremental_assets.defs.resources import WarehouseIOManager
+from incremental_assets.lib.catalog import INCREMENTAL_JOB
+from incremental_assets.lib.delta.log import stored_table, table_exists
+from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.write import last_commit
+from incremental_assets.lib.incremental.asset import incremental_asset
+from incremental_assets.lib.incremental.limits import RunLimits
+from incremental_assets.lib.sample.stream import events_frame
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.loader import write_events
+from incremental_assets.lib.state.store import StateStore
+from tests.pipeline.test_session_layer import FIRST_LOADS, NOW, SETTINGS, t
+
+FAIL_FLAG = {"fail": False}
+
+
+@incremental_asset(write_mode="upsert", keys=["user_identifier"])
+def events_per_user(events: DataFrame, limits: RunLimits) -> DataFrame:
+    """A custom incremental asset, declared the way users declare theirs."""
+    if FAIL_FLAG["fail"]:
+        raise RuntimeError("forced failure")
+    return events.groupBy("user_identifier").agg(F.count("event_id").alias("events"))
+
+
+@pytest.fixture
+def runner(spark, warehouse, monkeypatch, tmp_path):
+    source = str(tmp_path / "source_events")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
+    write_events(spark, events_frame(spark, FIRST_LOADS), source, "append")
+    instance = DagsterInstance.ephemeral()
+    FAIL_FLAG["fail"] = False
+
+    def run(*extra, now=NOW):
+        defs = build_definitions(IncrementalSettings(**SETTINGS), Definitions(assets=list(extra)))
+        result = defs.resolve_job_def(INCREMENTAL_JOB).execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"ops": {"new_event_limits": {"config": {"now": now}}}},
+        )
+        metadata = {
+            e.asset_key.path[-1]: {k: v.value for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events()
+        }
+        return result.success, metadata
+
+    def state():
+        rows = read_table(spark, f"{warehouse}/incremental_manifest").collect()
+        return {r.model: r.last_success for r in rows}
+
+    return run, state
+
+
+def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner):
+    run, state = runner
+    run()
+    run()
+    assert state() == {"filtered_events": t("01-02 12:00"), "sessions": t("01-02 12:00")}
+
+    ok, meta = run(events_per_user)  # state 2: [start_date, least(max_ls, start_date + 1 day)]
+    assert ok
+    limits = meta["new_event_limits"]
+    assert (limits["run_state"], limits["lower_limit"], limits["upper_limit"]) == (
+        "new_model", "2021-01-01 00:00:00", "2021-01-02 00:00:00")
+    assert meta["filtered_events"]["skipped"] == meta["sessions"]["skipped"] == "already ahead of this run's window"
+    assert state() == {
+        "filtered_events": t("01-02 12:00"), "sessions": t("01-02 12:00"), "events_per_user": t("01-01 12:00")
+    }
+
+    ok, meta = run(events_per_user)  # out of sync: the new asset catches up to the others
+    assert (meta["new_event_limits"]["run_state"], meta["new_event_limits"]["lower_limit"]) == (
+        "out_of_sync", "2021-01-01 06:00:00")
+    assert state()["events_per_user"] == t("01-02 12:00")
+
+    FAIL_FLAG["fail"] = True
+    ok, meta = run(events_per_user)  # standard run in which one asset fails
+    assert not ok and meta["new_event_limits"]["run_state"] == "standard"
+    assert state() == {
+        "filtered_events": t("01-03 12:00"), "sessions": t("01-03 12:00"), "events_per_user": t("01-02 12:00")
+    }
+
+    FAIL_FLAG["fail"] = False
+    ok, meta = run(events_per_user)
+    assert ok
+    limits = meta["new_event_limits"]
+    assert (limits["run_state"], limits["lower_limit"], limits["upper_limit"]) == (
+        "out_of_sync", "2021-01-02 06:00:00", "2021-01-03 12:00:00")
+    assert len(set(state().values())) == 1
+
+
+def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse):
+    """Once every asset reached 'now', a run at the same 'now' skips the session layer: no read,
+    no write, the manifest where it was, and an empty batch."""
+    run, state = runner
+    now = "2021-01-02T12:00:00"
+    run(now=now)  # [01-01, 01-02]
+    run(now=now)  # up to 'now': every asset's position reaches it
+    tables = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
+    versions = {table: last_commit(f"{warehouse}/{table}").version for table in tables}
+    before = state()
+
+    ok, meta = run(now=now)
+    assert ok and meta["new_event_limits"]["run_state"] == "standard"
+    assert meta["sessions_lifecycle_manifest"]["skipped"] == NOTHING_NEW["skipped"]
+    assert meta["events_this_run"]["skipped"] == NOTHING_NEW["skipped"]
+    assert (meta["events_this_run"]["events_found"], meta["events_this_run"]["caught_up"]) == (0, True)
+    assert meta["filtered_events"]["skipped"] == meta["sessions"]["skipped"] == "already ahead of this run's window"
+    assert {table: last_commit(f"{warehouse}/{table}").version for table in tables} == versions
+    assert state() == before
+    assert stored_table(f"{warehouse}/events_this_run").to_pyarrow_table().num_rows == 0
+
+    ok, meta = run(now="2021-01-02T13:00:00")  # an hour later: the lookback is processed again
+    assert ok and "skipped" not in meta["sessions_lifecycle_manifest"]
+    assert meta["events_this_run"]["events_found"] > 0
+
+
+def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resource, warehouse):
+    state = StateStore()
+    result = materialize(
+        [new_event_limits, sessions_lifecycle_manifest, session_batch, sessions],  # the whole graph, as in the UI; only sessions selected
+        selection=[sessions.key],
+        resources={
+            "spark": spark_resource, "state": state, "settings": IncrementalSettings(**SETTINGS),
+            "io_manager": WarehouseIOManager(spark=spark_resource, state=state),
+        },
+        raise_on_error=False,
+    )
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert f"materialize it with the job '{INCREMENTAL_JOB}'" in str(failure.step_failure_data.error)
+    assert not table_exists(f"{warehouse}/sessions")

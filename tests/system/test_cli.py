@@ -1,0 +1,73 @@
+"""The command line: bad settings fail fast, with a message naming the variable, before Spark starts."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.lib.settings import SettingsError, load_settings
+
+
+def cli(*args, env=None):
+    environ = {**os.environ, "SPARK_MASTER": "no-such-master://spark-must-not-start", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "incremental_assets", *args], capture_output=True, text=True, timeout=120, env=environ
+    )
+
+
+@pytest.mark.parametrize(
+    "assignment, message",
+    [
+        ("backfill_limit_days=0", "backfill_limit_days must be an integer >= 1 (got 0)"),
+        ("session_timestamp=derived_tstamp", "session_timestamp must be one of load_tstamp, collector_tstamp"),
+        ("start_date=2999-01-01", "start_date must not be in the future"),
+        ("source_load_date_column=", "source_load_date_column must name a column of the source table"),
+        ("max_session_days=many", "max_session_days must be of type"),
+        ("no_such_variable=1", "Unknown variable(s) ['no_such_variable']"),
+    ],
+)
+def test_invalid_settings_fail_before_spark_starts(assignment, message, warehouse):
+    result = cli("run", "--set", assignment)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Spark" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_settings_layers_environment_file_and_overrides(tmp_path):
+    config = tmp_path / "vars.yaml"
+    config.write_text("backfill_limit_days: 7\nlookback_window_hours: 2\napp_ids: [website]\n")
+    environ = {"INCREMENTAL_ASSETS_BACKFILL_LIMIT_DAYS": "3", "INCREMENTAL_ASSETS_MAX_SESSION_DAYS": "5"}
+    settings = load_settings(config, {"lookback_window_hours": "1"}, environ=environ)
+    assert (settings.backfill_limit_days, settings.lookback_window_hours, settings.max_session_days) == (7, 1.0, 5)
+    assert settings.app_ids == ["website"]
+    with pytest.raises(SettingsError, match="days_late_allowed must be an integer >= 0"):
+        load_settings(overrides={"days_late_allowed": "-1"}, environ={})
+
+
+def test_show_names_a_missing_table(warehouse):
+    result = cli("show", "no_such_table")
+    assert result.returncode == 2 and "No Delta table at" in result.stderr
+
+
+def test_the_command_line_exits_with_its_own_status_whatever_python_teardown_does(tmp_path):
+    """A native thread pool aborting during interpreter teardown must not turn success into failure."""
+    DeltaTable.create(str(tmp_path / "t"), schema=_tiny_schema())
+    script = (
+        "import atexit, os, sys\n"
+        "atexit.register(os.abort)  # stands in for a native pool that aborts at teardown\n"
+        "from incremental_assets.cli import entry\n"
+        "sys.argv = ['incremental-assets', 'show', sys.argv[1]]\n"
+        "entry()\n"
+    )
+    env = {**os.environ, "INCREMENTAL_ASSETS_WAREHOUSE": str(tmp_path)}
+    ok = subprocess.run([sys.executable, "-c", script, "t"], env=env, capture_output=True, text=True, timeout=120)
+    missing = subprocess.run([sys.executable, "-c", script, "nope"], env=env, capture_output=True, text=True, timeout=120)
+    assert (ok.returncode, missing.returncode) == (0, 2), ok.stderr + missing.stderr
+
+
+def _tiny_schema():
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.int64())])

@@ -1,0 +1,368 @@
+"""The Dagster UI end to end, as a person uses it, in a real headless Chromium (Playwright).
+
+A fresh warehouse holds a small sample stream (three days), a fresh DAGSTER_HOME holds the
+project's dagster.yaml, and `dagster dev` (webserver and daemon: the run queue and partition
+backfills need the daemon) serves the project on a free port of 127.0.0.1. The test then, in the
+browser: dismisses the first-visit dialog, opens the global asset lineage, launches
+incremental_job from its job page and waits for the run to succeed, reads the run's state, limits
+and row counts in the latest materialization of events_this_run and the event_id_unique check of
+filtered_events, and backfills two daily partitions of daily_aggregates until both show as
+materialized. A screenshot of each stage goes to tests/screenshots/ (git-ignored).
+
+The sensors that would start runs by themselves (source_events_sensor, daily_partitions_sensor)
+are stopped in the instance before the UI starts, so that every run is the one the test launched.
+
+Chromium is Debian's (/usr/bin/chromium; `make test` installs it): Playwright's own browser
+downloads are not used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from incremental_assets.cli.demo import ensure_start_date
+from incremental_assets.cli.runner import instance_or_default, record_source_load
+from incremental_assets.lib import environment
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import generate_stream
+
+
+
+PROJECT_ROOT = environment.PROJECT_ROOT
+DAGSTER = PROJECT_ROOT / ".venv" / "bin" / "dagster"
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium keeps calling home, and a closed network refuses it.
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+VIEWPORT = {"width": 1600, "height": 1000}
+
+DAYS = 3
+# Started by the daemon, they would launch incremental and daily runs of their own.
+RUN_STARTING_SENSORS = ("source_events_sensor", "daily_partitions_sensor")
+
+SERVER_START_S = 120
+UI_MS = 30_000  # a page, a dialog, a toast
+# Every run starts a Spark JVM (10-30 s on 2 cores) before its steps; a backfill also waits for
+# the daemon to pick it up.
+RUN_MS = 5 * 60_000
+STOP_S = 30
+
+
+def _run_tail(log: Path, lines: int = 60) -> str:
+    if not log.exists():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of the process group, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def _stop_group(process: subprocess.Popen, timeout: float = STOP_S) -> None:
+    """SIGTERM to the whole process group (dagster dev, webserver, daemon, code servers, run
+    workers and their JVMs), SIGKILL to whatever is left after `timeout` seconds."""
+    pgid = process.pid  # start_new_session: the leader's pid is the group's id
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    while _group_members(pgid) and time.monotonic() < deadline:  # children outliving the leader
+        time.sleep(0.2)
+    if _group_members(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(timeout=10)
+
+
+def _require_browser() -> Path:
+    """Debian's Chromium and the playwright package, checked before anything heavy starts: their
+    absence fails the test (it never skips)."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser test drives Debian's Chromium. Install it with "
+            "`apt-get update && apt-get install -y --no-install-recommends chromium` (make test does this)."
+        )
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.fail("The playwright package is missing: pip install -e '.[test]' (make setup does this)")
+    return CHROMIUM
+
+
+def _prepare(spark, tmp_path: Path, monkeypatch) -> dict:
+    """A fresh warehouse with a small sample stream, its settings file, and a fresh DAGSTER_HOME in
+    which the run-starting sensors are stopped."""
+    warehouse, home, settings = tmp_path / "warehouse", tmp_path / "dagster_home", tmp_path / "settings.yaml"
+    warehouse.mkdir()
+    monkeypatch.setenv("INCREMENTAL_ASSETS_WAREHOUSE", str(warehouse))
+    monkeypatch.delenv("INCREMENTAL_ASSETS_SOURCE", raising=False)
+    monkeypatch.setenv("INCREMENTAL_ASSETS_CONFIG", str(settings))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    environment.dagster_home()  # what `incremental-assets setup` does: the project's dagster.yaml in DAGSTER_HOME
+    assert (home / "dagster.yaml").read_text() == (PROJECT_ROOT / "dagster.yaml").read_text()
+
+    # Three whole days up to last midnight (UTC): the first daily partitions are those days.
+    start = datetime.now(timezone.utc).date() - timedelta(days=DAYS)
+    params = SampleParams(users=8, days=DAYS, events_per_day=200, start_date=start, seed=11)
+    rows = generate_stream(spark, environment.table_uri(environment.ATOMIC_EVENTS, str(warehouse)), params)
+    assert rows > 0
+    record_source_load(instance_or_default(None), rows, "sample stream")  # as `incremental-assets generate` does
+    ensure_start_date(start)  # start_date: the stream's first day, as `make demo` writes it
+    assert f"start_date: '{start.isoformat()}'" in settings.read_text()
+
+    env = {
+        **os.environ,
+        "INCREMENTAL_ASSETS_WAREHOUSE": str(warehouse),
+        "INCREMENTAL_ASSETS_CONFIG": str(settings),
+        "DAGSTER_HOME": str(home),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("INCREMENTAL_ASSETS_SOURCE", None)
+    for sensor in RUN_STARTING_SENSORS:
+        stopped = subprocess.run(
+            [str(DAGSTER), "sensor", "stop", sensor, "-w", "workspace.yaml"],
+            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180,
+        )
+        assert stopped.returncode == 0, f"dagster sensor stop {sensor} failed:\n{stopped.stdout}\n{stopped.stderr}"
+    return {"env": env, "days": [start + timedelta(days=i) for i in range(DAYS)], "log": tmp_path / "dagster-dev.log"}
+
+
+@contextmanager
+def _dagster_dev(env: dict, log: Path) -> Iterator[str]:
+    """`dagster dev` on a free port of 127.0.0.1, in its own process group, stopped whole on exit."""
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [str(DAGSTER), "dev", "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+            cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/server_info", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"dagster dev did not answer on {base} within {SERVER_START_S}s:\n{_run_tail(log)}")
+            try:  # the poll interval, and a dead server ends the wait at once
+                code = process.wait(timeout=0.5)
+                pytest.fail(f"dagster dev exited with {code} before serving:\n{_run_tail(log)}")
+            except subprocess.TimeoutExpired:
+                pass
+        yield base
+    finally:
+        _stop_group(process)
+    assert not _group_members(process.pid), "processes of dagster dev were left running"
+
+
+@contextmanager
+def _browser_page(chromium: Path, base_url: str):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport=VIEWPORT, timezone_id="UTC", base_url=base_url)
+            context.set_default_timeout(UI_MS)
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+def test_ui_end_to_end(request, tmp_path, monkeypatch):
+    chromium = _require_browser()
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=UI_MS)  # Playwright's own 5 s is short for a loaded 2-core machine
+    prepared = _prepare(request.getfixturevalue("spark"), tmp_path, monkeypatch)
+    SCREENSHOTS.mkdir(exist_ok=True)
+    for old in SCREENSHOTS.glob("*.png"):
+        old.unlink()
+    first_day, second_day = prepared["days"][:2]
+    with _dagster_dev(prepared["env"], prepared["log"]) as base_url, _browser_page(chromium, base_url) as page:
+        try:
+            _dismiss_first_visit_dialog(page)
+            _asset_graph(page, expect)
+            run_id = _launch_incremental_run(page, expect)
+            _events_this_run_metadata(page, expect, run_id, first_day)
+            _filtered_events_checks(page, expect)
+            _backfill_two_partitions(page, expect, first_day.isoformat(), second_day.isoformat())
+        except BaseException:
+            page.screenshot(path=SCREENSHOTS / "failure.png")
+            print(f"dagster dev log (last lines):\n{_run_tail(prepared['log'])}")
+            raise
+
+
+def _shot(page, name: str) -> None:
+    page.screenshot(path=SCREENSHOTS / f"{name}.png")
+
+
+def _toasts(page):
+    """The notifications region: 'Launched run …', 'Created backfill …', each with a View link."""
+    return page.get_by_role("region", name=re.compile(r"^Notifications"))
+
+
+def _nav(page, label: str):
+    """A link of the main navigation; its accessible name starts with its icon's name."""
+    return page.get_by_role("link", name=re.compile(rf"(^|\s){label}$"))
+
+
+def _dismiss_first_visit_dialog(page) -> None:
+    """Dagster 1.13 shows a 'Join the Dagster community' dialog on an instance's first visit
+    (DAGSTER_HOME/.nux marks it seen); Skip closes it, whenever it shows up."""
+    skip = page.get_by_role("dialog").filter(has_text="Join the Dagster community").get_by_role("button", name="Skip")
+
+    def dismiss():
+        print("first-visit dialog shown: Skip")
+        skip.click()
+
+    page.add_locator_handler(skip, dismiss)
+    page.goto("/")
+    _nav(page, "Lineage").wait_for()
+
+
+def _asset_graph(page, expect) -> None:
+    _nav(page, "Lineage").click()
+    expect(page.get_by_text("Global asset lineage", exact=True)).to_be_visible()
+    # Groups start collapsed: unfold each (the icon on its node), reloading after each so that the
+    # graph fits the whole lineage again (a node can end up under the side panel otherwise).
+    unfold = page.get_by_role("img", name="unfold_more", exact=True)
+    expect(unfold.first).to_be_visible()
+    for _ in range(10):
+        if unfold.count() == 0:
+            break
+        unfold.first.click()
+        page.reload()
+        expect(page.get_by_text("incremental_base", exact=True).first).to_be_visible()
+    for asset in ("new_event_limits", "events_this_run", "filtered_events", "daily_aggregates"):
+        expect(page.get_by_text(asset, exact=True).first).to_be_visible()
+    _shot(page, "01_asset_graph")
+
+
+def _launch_incremental_run(page, expect) -> str:
+    _nav(page, "Jobs").click()
+    page.get_by_role("link", name=re.compile(r"(^|\s)incremental_job$")).click()
+    page.get_by_role("button", name=re.compile(r"Materialize all$")).click()
+    toasts = _toasts(page)
+    launched = toasts.get_by_text(re.compile(r"^Launched run \w+"))
+    launchpad = page.get_by_role("button", name=re.compile(r"Launch run$"))
+    expect(launched.or_(launchpad)).to_be_visible()
+    if not launched.is_visible():  # a launchpad: its default config
+        launchpad.click()
+    expect(launched).to_be_visible()
+    run_id = launched.inner_text().split()[-1]
+    toasts.get_by_role("link", name="View", exact=True).click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}"))
+    success = page.get_by_text("Success", exact=True)
+    ended_otherwise = page.get_by_text(re.compile(r"^(Failure|Canceled)$"))
+    expect(success.or_(ended_otherwise).first).to_be_visible(timeout=RUN_MS)
+    assert success.is_visible(), f"run {run_id} ended as {ended_otherwise.first.inner_text()}"
+    expect(page.get_by_text(re.compile(r"^Run of"))).to_contain_text("incremental_job")
+    _shot(page, "02_run_success")
+    return run_id
+
+
+def _open_asset(page, expect, name: str, tab: str | None = None) -> None:
+    _nav(page, "Catalog").click()
+    page.get_by_role("link", name=re.compile(rf"(^|\s){name}$")).first.click()
+    expect(page).to_have_url(re.compile(rf"/assets/{name}(\?|$)"))
+    if tab:
+        page.get_by_role("tab", name=tab, exact=True).click()
+
+
+def _metadata_value(page, key: str):
+    """The value cell of the metadata table row whose key cell is `key`."""
+    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=key, exact=True)).first
+    return row.get_by_role("cell").nth(1)
+
+
+def _events_this_run_metadata(page, expect, run_id: str, first_day) -> None:
+    _open_asset(page, expect, "events_this_run", tab="Events")
+    expect(page.get_by_text(f"Materialized in run {run_id}")).to_be_visible()
+    expect(_metadata_value(page, "run_state")).to_have_text("first_run")
+    expect(_metadata_value(page, "lower_limit")).to_have_text(f"{first_day.isoformat()} 00:00:00")
+    expect(_metadata_value(page, "upper_limit")).to_have_text(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"))
+    for key in ("dagster/row_count", "rows_inserted"):
+        expect(_metadata_value(page, key)).to_have_text(re.compile(r"^[1-9][\d,]*$"))
+    _shot(page, "03_events_this_run_metadata")
+
+
+def _filtered_events_checks(page, expect) -> None:
+    _open_asset(page, expect, "filtered_events", tab="Checks")
+    page.get_by_text("event_id_unique", exact=True).first.click()
+    expect(page.get_by_text("Evaluation result", exact=True)).to_be_visible()
+    expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+    _shot(page, "04_filtered_events_checks")
+
+
+def _backfill_two_partitions(page, expect, first: str, second: str) -> None:
+    _open_asset(page, expect, "daily_aggregates", tab="Partitions")
+    page.get_by_role("button", name=re.compile(r"Materialize…?$")).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("Launch runs to materialize daily_aggregates")).to_be_visible()
+    selection = dialog.get_by_role("textbox")
+    selection.fill(f"[{first}...{second}]")
+    selection.press("Tab")
+    expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
+    _shot(page, "05_backfill_dialog")
+    dialog.get_by_role("button", name="Launch backfill").click()
+    expect(_toasts(page).get_by_text(re.compile(r"^Created backfill"))).to_be_visible()
+    expect(dialog).to_be_hidden()
+
+    materialized = page.get_by_text("Materialized (2)", exact=True)
+    failed = page.get_by_text(re.compile(r"^Failed \([1-9]\d*\)$"))
+    expect(materialized.or_(failed).first).to_be_visible(timeout=RUN_MS)
+    assert materialized.is_visible(), f"the backfill failed: {failed.first.inner_text()}"
+    for day in (first, second):
+        entries = page.get_by_title(day, exact=True)  # its row in the partition list, then the detail's heading
+        entries.first.click()
+        expect(page).to_have_url(re.compile(rf"[?&]partition={day}(&|$)"))
+        expect(entries).to_have_count(2)
+        expect(page.get_by_text("Materialized", exact=True)).to_be_visible()  # the detail's status tag
+        expect(page.get_by_role("link", name=re.compile(r"^[0-9a-f]{8}$")).first).to_be_visible()  # the backfill's run
+    _shot(page, "06_backfill_partitions_materialized")

@@ -20,7 +20,8 @@
   merge_scope     per MERGE of the last steady-state run: files it may read / files in the table
   memory          peak resident memory of this process and of its Spark JVM
 
-Writes benchmarks/results.md and benchmarks/results.json (machine, sizes, figures, the command).
+Writes benchmarks/results.json (machine, sizes, figures), and from it (benchmarks/report.py)
+benchmarks/results.md with its charts, cost_vs_window.png and cost_vs_history.png.
 """
 
 from __future__ import annotations
@@ -42,19 +43,20 @@ from pathlib import Path
 # The harness's own settings, whatever a developer's ./incremental_assets.yaml says.
 os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 
+import pyarrow as pa  # noqa: E402
+import pyspark  # noqa: E402
 from dagster import DagsterInstance  # noqa: E402
-import pyarrow as pa
-import pyspark
-from deltalake import DeltaTable
-from pyspark.sql import functions as F
+from deltalake import DeltaTable  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 
-from incremental_assets import environment
-from incremental_assets.resources.spark import DELTA_VERSION, build_spark_session
-from incremental_assets.runner import RunSummary, run_days, run_incremental
-from incremental_assets.sample.generator import SampleParams
-from incremental_assets.sample.stream import append_hours, generate_stream, read_stream_state
-from incremental_assets.settings import IncrementalSettings
-from measure import cold_spark_start_seconds
+from incremental_assets.cli.runner import RunSummary, run_days, run_incremental  # noqa: E402
+from incremental_assets.lib import environment  # noqa: E402
+from incremental_assets.lib.sample.generator import SampleParams  # noqa: E402
+from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state  # noqa: E402
+from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
+from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
+from measure import cold_spark_start_seconds  # noqa: E402
+from report import write_report  # noqa: E402
 
 HERE = Path(__file__).parent
 # The merged tables and their partition column (None: not partitioned, a MERGE reads all of it).
@@ -91,7 +93,7 @@ class Bench:
         path = self.root / name
         os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = str(path)
         os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
-        return environment.table_uri(environment.SAMPLE_TABLE)
+        return environment.table_uri(environment.ATOMIC_EVENTS)
 
     def stream(self, name: str, days: int, events_per_day: int) -> tuple[str, SampleParams]:
         """A sample stream of `days` days that ends two days before today (so its next hours are past)."""
@@ -348,21 +350,10 @@ def memory(bench: Bench) -> dict:
 
 
 def write_results(results: dict, command: str) -> None:
-    (HERE / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    lines = [
-        "# Benchmark results",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {results['machine']}  ",
-        f"Measured: {results['measured_at']}  ",
-        f"Engine: {results['engine']} (other pairs measured against it: benchmarks/engine.md)",
-        "",
-        "```json",
-        json.dumps({k: v for k, v in results.items() if k not in ("machine", "measured_at", "engine")}, indent=2, default=str),
-        "```",
-        "",
-    ]
-    (HERE / "results.md").write_text("\n".join(lines))
+    """results.json, then results.md and its charts rendered from what it holds."""
+    text = json.dumps(results, indent=2, default=str) + "\n"
+    (HERE / "results.json").write_text(text)
+    write_report(json.loads(text), command, HERE)
 
 
 def main() -> None:

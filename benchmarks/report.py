@@ -1,0 +1,296 @@
+"""benchmarks/results.md and its two charts, from the numbers `make bench` writes to results.json.
+
+    .venv/bin/python benchmarks/report.py [results.json] [--out benchmarks/]
+
+bench.py calls write_report after every bench; run this alone to render a results.json again.
+Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`) when it is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+
+matplotlib.use("Agg")  # PNG files, no display
+HERE = Path(__file__).parent
+MAINTENANCE = HERE / "results" / "maintenance.json"
+TOP = 5  # rows of a "where the time goes" table
+
+# The project's performance targets, marked met or not beside each figure.
+EMPTY_RUN_MAX_SECONDS = 1.0
+BIG_WINDOW_MAX_RATIO_TO_FLOOR = 3.0
+BACKFILL_MIN_EVENTS_PER_SECOND = 75_000
+
+
+def write_report(results: dict, command: str, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cost_vs_window(results, out_dir / "cost_vs_window.png")
+    cost_vs_history(results, out_dir / "cost_vs_history.png")
+    (out_dir / "results.md").write_text("\n".join(markdown(results, command)) + "\n")
+
+
+def histories(results: dict) -> dict[int, dict]:
+    found = results["steady_state"]["histories"]
+    return {days: found[f"{days}_days"] for days in results["size"]["histories"]}
+
+
+def markdown(results: dict, command: str) -> list[str]:
+    size, steady = results["size"], results["steady_state"]
+    days = histories(results)
+    first, last = size["histories"][0], size["histories"][-1]
+    window, backfill = results["big_window"], results["first_backfill"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {results['machine']}  ",
+        f"Measured: {results['measured_at']}  ",
+        f"Engine: {results['engine']} (other pairs measured against it: [engine.md](engine.md))  ",
+        (
+            f"Size: {size['name']}: {size['events_per_day']:,} events a day, histories of "
+            f"{', '.join(map(str, days))} days, {size['reps']} repetitions (medians)  "
+        ),
+        (
+            "Targets: the project's performance targets (✓ met, ✗ not). "
+            "Every number, with Spark's jobs by call site: [results.json](results.json)."
+        ),
+        "",
+        "![Run time against the new events in the run](cost_vs_window.png)",
+        "![Run time against days of history](cost_vs_history.png)",
+        "",
+    ]
+
+    def section(title: str, why: str, rows: list[tuple[str, str, str]]) -> None:
+        lines.extend([f"## {title}", "", why, "", "| figure | value | target | command |", "|---|---|---|---|"])
+        lines.extend(f"| {figure} | {value} | {target or '—'} | `{command}` |" for figure, value, target in rows)
+        lines.append("")
+
+    def where_the_time_goes(title: str, steps: dict[str, float]) -> None:
+        ranked = sorted(step_names(steps).items(), key=lambda item: -item[1])
+        lines.extend([f"{title}:", "", "| step | seconds |", "|---|---|"])
+        lines.extend(f"| {name} | {value:.2f} |" for name, value in ranked[:TOP])
+        if rest := ranked[TOP:]:
+            lines.append(f"| the other {len(rest)} steps | {sum(value for _, value in rest):.2f} |")
+        lines.append("")
+
+    def largest_spark_jobs(jobs: dict[str, float]) -> None:
+        lines.extend(["Its largest Spark jobs, by call site:", "", "| Spark job | seconds |", "|---|---|"])
+        lines.extend(f"| `{name}` | {value:.2f} |" for name, value in list(jobs.items())[:TOP])
+        lines.append("")
+
+    rows = []
+    for d, h in days.items():
+        empty = h["empty_run_seconds"]
+        rows.append((f"empty run, {d} days of history", s(empty),
+                     target(f"under {EMPTY_RUN_MAX_SECONDS:g} s", empty < EMPTY_RUN_MAX_SECONDS)))
+        rows.append((f"quiet run, {d} days of history", s(h["quiet_run_seconds"]), ""))
+    for name in ("empty", "quiet"):
+        p = days[last][f"{name}_run_where_the_time_goes"]
+        rows.append((f"{name} run, {last} days: in Spark jobs / outside them",
+                     f"{p['spark_jobs_seconds']:.2f} / {p['outside_spark_jobs_seconds']:.2f} s", ""))
+    section(
+        "Empty and quiet runs",
+        "With nothing new loaded: an empty run (same 'now') finds every asset there and reads nothing; "
+        "a quiet run (the first after the history's backfill) reads the lookback window again.",
+        rows,
+    )
+    where_the_time_goes(f"Where the quiet run's time goes, {last} days of history",
+                        days[last]["quiet_run_where_the_time_goes"]["steps"])
+
+    rows = []
+    for d, h in days.items():
+        rows.append((f"one-hour run, {d} days of history ({h['new_events_per_hour']:,} new events)",
+                     f"{s(h['one_hour_run_seconds'])}, of which daily runs {s(h['of_which_daily_runs_seconds'])}", ""))
+        rows.append((f"its floor, {d} days of history", s(h["one_hour_floor_seconds"]), ""))
+    rows.append((f"one-hour run, {last} / {first} days of history", f"{steady[f'ratio_{last}_to_{first}_days']:.2f}x",
+                 "should not grow with history"))
+    for table, m in steady["merge_scope"].items():
+        since = f" (from {m['merge_target_floor']})" if m["merge_target_floor"] else ""
+        rows.append((f"MERGE into `{table}` after {last} days: files it may read / all",
+                     f"{m['files_in_merge_scope']} / {m['files_in_table']}{since}", ""))
+    section(
+        "One-hour runs",
+        "One incremental run over one new hour of loads (its daily runs included), against the plain-Spark "
+        "floor: the same rows read and appended once to a Delta table.",
+        rows,
+    )
+    where_the_time_goes(f"Where the one-hour run's time goes, {last} days of history", days[last]["one_hour_steps"])
+
+    ratio = window["ratio_to_floor"]
+    section(
+        "Big window",
+        "One run over two days of loads, against its floor and the dedupe floor (the same rows deduplicated "
+        "on event_id into event_date partitions with plain Spark: filtered_events' bare write).",
+        [
+            (f"run over {window['new_events']:,} new events", runs(window["run_seconds"], window["runs_seconds"]), ""),
+            ("of which its daily runs", s(window["of_which_daily_runs_seconds"]), ""),
+            ("floor", s(window["floor_seconds"]), ""),
+            ("run / floor", f"{ratio:.2f}x",
+             target(f"{BIG_WINDOW_MAX_RATIO_TO_FLOOR:g}x or less", ratio <= BIG_WINDOW_MAX_RATIO_TO_FLOOR)),
+            ("run without its daily runs / floor", f"{window['incremental_run_ratio_to_floor']:.2f}x", ""),
+            ("dedupe floor", s(window["dedupe_floor_seconds"]), ""),
+            ("dedupe floor / floor", f"{window['dedupe_floor_ratio_to_floor']:.2f}x", ""),
+        ],
+    )
+    where_the_time_goes("Where the big window's time goes (the median run)", window["steps"])
+    largest_spark_jobs(window["largest_spark_jobs"])
+
+    speed = backfill["events_per_second"]
+    section(
+        "First backfill",
+        "The whole pipeline (the incremental run and its daily runs) over a 30-day stream, from an empty warehouse.",
+        [
+            (f"first backfill of {backfill['source_events']:,} events",
+             runs(backfill["seconds"], backfill["runs_seconds"]), ""),
+            ("events per second", f"{speed:,}",
+             target(f"{BACKFILL_MIN_EVENTS_PER_SECOND:,} or more", speed >= BACKFILL_MIN_EVENTS_PER_SECOND)),
+        ],
+    )
+    where_the_time_goes("Where the first backfill's time goes (the median run)", backfill["steps"])
+    largest_spark_jobs(backfill["largest_spark_jobs"])
+
+    section(
+        "Daily layer",
+        "Daily aggregates recomputed on the first backfill's warehouse: one partition, and 30 days in one run.",
+        [
+            ("one daily partition", s(backfill["daily_one_partition_seconds"]), ""),
+            ("30-day backfill in one run", s(backfill["daily_thirty_day_backfill_seconds"]), ""),
+        ],
+    )
+    section(
+        "Memory",
+        "Peak resident memory over the whole bench: its Spark JVM (driver and local executors) and its Python process.",
+        [
+            ("Spark JVM", f"{results['memory']['jvm_peak_mb']:,} MB", ""),
+            ("Python", f"{results['memory']['python_peak_mb']:,} MB", ""),
+        ],
+    )
+    section(
+        "Spark start",
+        "A cold Spark start with Delta in a fresh process: the floor under every run in its own process.",
+        [("cold Spark start with Delta", s(results["spark_start_seconds"]), "")],
+    )
+    if MAINTENANCE.exists():
+        lines.extend(maintenance(json.loads(MAINTENANCE.read_text())))
+    return lines
+
+
+def maintenance(m: dict) -> list[str]:
+    """The maintenance pass's files and read times, before and after."""
+    command = f".venv/bin/python benchmarks/maintenance.py --runs {m['small_runs']} --events-per-day {m['events_per_day']}"
+    rows = [("files, all tables", m["total_files"]["before"], m["total_files"]["after"])]
+    for table, files in m["files_before"].items():
+        rows.append((f"files of `{table}`", files, m["files_after"].get(table, "—")))
+    for read, seconds in m["reads_seconds_before"].items():
+        rows.append((f"{read.replace('_', ' ')} (s)", seconds, m["reads_seconds_after"][read]))
+    changed = [table for table, same in m["same_rows_after_maintenance"].items() if not same]
+    return [
+        "## Maintenance",
+        "",
+        (
+            f"What {m['small_runs']} one-hour runs on a week of history leave behind ({m['small_runs_seconds']} s), "
+            f"and what `maintenance_job` ({m['maintenance_job_seconds']} s) makes of it; reads are medians of 3. "
+            f"Command: `{command}`."
+        ),
+        "",
+        "| figure | before | after |",
+        "|---|---|---|",
+        *(f"| {figure} | {before} | {after} |" for figure, before, after in rows),
+        "",
+        "Same rows after maintenance: " + ("every table." if not changed else f"**not** in {', '.join(changed)}."),
+        "",
+    ]
+
+
+def step_names(steps: dict[str, float]) -> dict[str, float]:
+    """Dagster's step keys as a person reads them. An asset check's key is its asset's and its own
+    name (it runs after its asset, so after it here); a freshness check's ends in a hash."""
+    named, assets = {}, []
+    for key, seconds in steps.items():
+        asset = max((a for a in assets if key.startswith(a + "_")), key=len, default=None)
+        if asset:
+            rest = key.removeprefix(asset + "_")
+            name = f"`{asset}` " + ("checks" if rest == "checks" else f"check: {rest.replace('_', ' ')}")
+        elif re.search(r"_[0-9a-f]{8}$", key):
+            name = key[:-9].replace("_", " ")
+        else:
+            assets.append(key)
+            name = f"`{key}`"
+        named[name] = seconds
+    return named
+
+
+def s(seconds: float) -> str:
+    return f"{seconds:.2f} s"
+
+
+def runs(median: float, each: list[float]) -> str:
+    return f"{s(median)} (runs: {', '.join(f'{value:.2f}' for value in each)})"
+
+
+def target(text: str, met: bool) -> str:
+    return f"{text} {'✓' if met else '✗'}"
+
+
+def cost_vs_window(results: dict, path: Path) -> None:
+    """A run's seconds against the new events it finds: nothing new, one hour, the big window, the backfill."""
+    days, window, backfill = histories(results).values(), results["big_window"], results["first_backfill"]
+    series = {
+        "empty run": [(0, h["empty_run_seconds"]) for h in days],
+        "quiet run": [(0, h["quiet_run_seconds"]) for h in days],
+        "one-hour run": [(h["new_events_per_hour"], h["one_hour_run_seconds"]) for h in days],
+        "big window": [(window["new_events"], window["run_seconds"])],
+        "first backfill": [(backfill["source_events"], backfill["seconds"])],
+        "plain-Spark floor": [(h["new_events_per_hour"], h["one_hour_floor_seconds"]) for h in days]
+        + [(window["new_events"], window["floor_seconds"])],
+    }
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for label, points in series.items():
+        ax.scatter(*zip(*points), label=label, marker="x" if "floor" in label else "o")
+    ax.set_xscale("symlog", linthresh=10)  # log, with room for the runs that find nothing
+    ax.set_xlim(left=-3)
+    ax.set_ylim(bottom=0)
+    ax.set(xlabel="new events in the run (0, then log scale)", ylabel="run time (s)",
+           title=f"Run time against window size ({results['size']['name']} bench)")
+    save(fig, ax, path)
+
+
+def cost_vs_history(results: dict, path: Path) -> None:
+    """Empty, quiet and one-hour runs (and the hour's floor) against days of history."""
+    days = histories(results)
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for label, key in (("one-hour run", "one_hour_run_seconds"), ("quiet run", "quiet_run_seconds"),
+                       ("empty run", "empty_run_seconds"), ("one hour's plain-Spark floor", "one_hour_floor_seconds")):
+        ax.plot(list(days), [h[key] for h in days.values()], marker="o", label=label)
+    ax.set_xticks(list(days))
+    ax.set_ylim(bottom=0)
+    ax.set(xlabel="days of history before the run", ylabel="run time (s)",
+           title=f"Run time against history ({results['size']['events_per_day']:,} events a day)")
+    save(fig, ax, path)
+
+
+def save(fig, ax, path: Path) -> None:
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="?", type=Path, default=HERE / "results.json")
+    parser.add_argument("--out", type=Path, default=HERE, help="where results.md and the charts go")
+    args = parser.parse_args()
+    results = json.loads(args.results.read_text())
+    size = results["size"]["name"]
+    write_report(results, "make bench" + ("" if size == "small" else f" BENCH_SIZE={size}"), args.out)
+    print(f"wrote {args.out / 'results.md'} and its charts")
+
+
+if __name__ == "__main__":
+    main()

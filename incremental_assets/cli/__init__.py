@@ -301,7 +301,7 @@ def _load(args) -> int:
     print(f"Source table: {environment.source_table_uri()} ({args.mode}{', dry run' if args.dry_run else ''})")
     outcome = load_export(settings, args.file, options, dry_run=args.dry_run, process=not args.no_process)
     if not outcome.success:
-        return _outcome([run for run in (outcome.keyhole, *outcome.daily_runs) if run is not None])
+        return _outcome([outcome.keyhole, *outcome.keyhole.daily_runs])
     return 0
 
 

@@ -24,7 +24,7 @@ from incremental_assets.lib.catalog import (
     incremental_versions,
 )
 from incremental_assets.lib.delta.log import row_count, table_version
-from incremental_assets.lib.incremental.days import contiguous_ranges, day_range, days_window_tags, requested_day_ranges
+from incremental_assets.lib.incremental.days import day_range, days_window_tags, requested_day_ranges
 from incremental_assets.lib.incremental.limits import next_standard_lower
 from incremental_assets.lib.metadata import materialization_metadata
 from incremental_assets.lib.operations.apply import apply_plan
@@ -34,7 +34,6 @@ from incremental_assets.lib.source.loader import Load, LoadOptions, load
 from incremental_assets.lib.state.fingerprints import Plan
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.plan import pending_plan
-from incremental_assets.lib.state.records import BEYOND_HORIZON, DEFERRED
 from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
@@ -236,12 +235,11 @@ class LoadOutcome:
 
     load: Load
     keyhole: RunSummary | None = None
-    daily_runs: list[RunSummary] = field(default_factory=list)
     command: str | None = None  # what processes the rows behind the cursor, when the load did not
 
     @property
     def success(self) -> bool:
-        return (self.keyhole is None or self.keyhole.success) and all(run.success for run in self.daily_runs)
+        return self.keyhole is None or self.keyhole.success
 
 
 def arrival_bounds(settings: IncrementalSettings, now: datetime | None = None) -> ArrivalBounds:
@@ -257,7 +255,7 @@ def load_export(
 ) -> LoadOutcome:
     """`incremental-assets load`: the export checked, counted and written to the source table (all or
     nothing), then its rows behind the incremental cursor processed by a keyhole run over exactly
-    their range, and the days that run changed recomputed, late or not (the manifest stays where it
+    their range, which recomputes the days it changed, late or not (the manifest stays where it
     is). With `process` False, the command that processes them is given instead."""
     from incremental_assets.lib.source.loader import export_format
     from incremental_assets.lib.spark import build_spark_session
@@ -282,19 +280,9 @@ def load_export(
     instance = instance_or_default(instance)
     outcome.keyhole = run_incremental(settings, lower=lower, upper=upper, instance=instance)
     report(f"  run: {outcome.keyhole.describe()}")
-    if outcome.keyhole.success:
-        outcome.daily_runs = apply_days_changed_by(settings, outcome.keyhole.run_id, instance)
-        for run in outcome.daily_runs:
-            report(f"  daily_aggregates {run.days[0]} .. {run.days[-1]}: {'ok' if run.success else 'FAILED'}")
+    for run in outcome.keyhole.daily_runs:
+        report(f"  daily_aggregates {run.days[0]} .. {run.days[-1]}: {'ok' if run.success else 'FAILED'}")
     return outcome
-
-
-def apply_days_changed_by(settings: IncrementalSettings, run_id: str, instance: DagsterInstance) -> list[RunSummary]:
-    """Recompute the days a run left waiting (late rows deferred or beyond the horizon): what an
-    operator's backfill would do, for rows they asked to process."""
-    waiting = [day for day, status in StateStore().days().items()
-               if status.last_run_id == run_id and status.status in (DEFERRED, BEYOND_HORIZON) and day <= utcnow().date()]
-    return [run_days(settings, first, last, instance) for first, last in contiguous_ranges(waiting)]
 
 
 def incremental_of(settings: IncrementalSettings) -> dict[str, str | None]:

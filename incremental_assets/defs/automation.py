@@ -5,11 +5,13 @@ and the Dagster instance; they never start Spark."""
 from dagster import (
     AssetKey,
     AssetSelection,
+    AutomationConditionSensorDefinition,
     DagsterInstance,
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     Definitions,
+    MetadataValue,
     RunRequest,
     RunsFilter,
     ScheduleDefinition,
@@ -31,14 +33,19 @@ from incremental_assets.lib.catalog import (
     INCREMENTAL_JOB,
     INCREMENTAL_MANIFEST,
     INCREMENTAL_TAG,
-    WAREHOUSE_WRITER_TAGS,
+    KEYHOLE_TAG,
+    NEW_EVENT_LIMITS,
     known_incremental,
 )
-from incremental_assets.lib.delta.log import table_version
+from deltalake import DeltaTable
+
+from incremental_assets.lib.delta.log import read_rows, snapshot, table_version
 from incremental_assets.lib.environment import source_table_uri
 from incremental_assets.lib.incremental.days import days_window_tags, requested_day_ranges
+from incremental_assets.lib.incremental.limits import RunState
+from incremental_assets.lib.incremental.plan import last_assessed, waiting_behind_cursor
+from incremental_assets.lib.source.arrivals import Stranded
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.state.hooks import RUN_LOG_HOOKS
 from incremental_assets.lib.state.plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
@@ -46,22 +53,19 @@ from incremental_assets.lib.utc import utcnow
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 # The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
 NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
+KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
 
 incremental_job = define_asset_job(
     INCREMENTAL_JOB,
     # the base chain, every incremental asset (a user's own, in any group), the daily manifest
     selection=(AssetSelection.groups(BASE_GROUP) | AssetSelection.tag(INCREMENTAL_TAG, "true")
                | AssetSelection.assets(DAILY_MANIFEST)) - NOT_IN_RUNS,
-    tags=WAREHOUSE_WRITER_TAGS,
-    hooks=RUN_LOG_HOOKS,
     description="One incremental run: limits, session layer, events this run, then the incremental assets.",
 )
 
 daily_job = define_asset_job(
     DAILY_JOB,
     selection=AssetSelection.assets(DAILY_AGGREGATES, ATTRIBUTES) - NOT_IN_RUNS,
-    tags=WAREHOUSE_WRITER_TAGS,
-    hooks=RUN_LOG_HOOKS,
     description="Recompute daily_aggregates for a range of days (one run, one Spark session), then attributes.",
 )
 
@@ -84,11 +88,12 @@ def plan_waits(context: SensorEvaluationContext, settings: IncrementalSettings) 
 
 @sensor(
     job_name=INCREMENTAL_JOB,
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Requests an incremental run when the source events table has a new Delta version, and "
-    "then more, one at a time, until a run is caught up (a backlog, a first load, a full refresh); none "
-    "while a change of settings waits for its plan to be applied.",
+    description="Requests an incremental run when the source events table has a version no run has "
+    "assessed yet (runs of the command line included), a keyhole run for source rows behind the cursor, "
+    "and more runs, one at a time, until a run is caught up (a backlog, a first load, a full refresh); "
+    "none while a change of settings waits for its plan to be applied.",
 )
 def source_events_sensor(context: SensorEvaluationContext, settings: IncrementalSettings):
     version = table_version(source_table_uri())
@@ -100,21 +105,48 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     active = context.instance.get_runs(filters=RunsFilter(job_name=INCREMENTAL_JOB, statuses=ACTIVE), limit=1)
     if active:
         return SkipReason(f"Run {active[0].run_id} is still processing; the next check will pick up version {version}")
-    if context.cursor is None or int(context.cursor) < version:
+    state = StateStore()
+    plans = read_rows(state.uri(NEW_EVENT_LIMITS))
+    behind = waiting_behind_cursor(plans, state.run_log)
+    if behind:
+        return keyhole_request(behind[0])
+    if version > seen_version(context, plans):
         context.update_cursor(str(version))
         return RunRequest(run_key=f"source-version-{version}")
-    behind = catch_up_key(context.instance, StateStore(), sorted(known_incremental(context)))
-    if behind:
-        return RunRequest(run_key=behind)
+    catch_up = catch_up_key(context.instance, state, sorted(known_incremental(context)))
+    if catch_up:
+        return RunRequest(run_key=catch_up)
     return SkipReason(f"Source unchanged since version {version}, and the last run was caught up")
+
+
+def seen_version(context: SensorEvaluationContext, plans: list[dict] | None) -> int:
+    """The newest source version a run has assessed (whoever started it: the command line's runs
+    too) or this sensor has requested a run for; -1: none."""
+    assessed = last_assessed(plans, snapshot(DeltaTable(source_table_uri())).table_id)
+    return max(int(context.cursor) if context.cursor else -1, assessed.version if assessed else -1)
+
+
+def keyhole_request(rows: Stranded) -> RunRequest:
+    """A keyhole run over the range of source rows behind the cursor (the manifest does not move);
+    requested once per range: a failed one is for an operator to look at."""
+    config = {"lower": rows.start.isoformat(), "upper": rows.end.isoformat()}
+    return RunRequest(
+        run_key=f"keyhole-{rows.run_id}-{config['lower']}-{config['upper']}",
+        run_config={"ops": {NEW_EVENT_LIMITS: {"config": config}}},
+        tags={KEYHOLE_TAG: f"{config['lower']}..{config['upper']}"},
+    )
 
 
 def catch_up_key(instance: DagsterInstance, state: StateStore, models: list[str]) -> str | None:
     """The run key of the next catch-up run, or None when none is due: the latest run succeeded and
     its batch had source events past its window, or a full refresh or a plan emptied the manifest
     row of one of the incremental `models` (they are rebuilt). Each key is requested once; a
-    failed run is not retried from here (its failure is what to look at)."""
-    latest = instance.get_latest_materialization_event(AssetKey(EVENTS_THIS_RUN))
+    failed run is not retried from here (its failure is what to look at). Keyhole runs are passed
+    over: their window is not the cursor's."""
+    recent = instance.fetch_materializations(AssetKey(EVENTS_THIS_RUN), limit=KEYHOLES_PASSED_OVER).records
+    keyhole = MetadataValue.text(RunState.KEYHOLE.value)
+    standard = [r.event_log_entry for r in recent if r.asset_materialization.metadata.get("run_state") != keyhole]
+    latest = standard[0] if standard else None
     caught_up = latest.asset_materialization.metadata.get("caught_up") if latest is not None else None
     if caught_up is not None and not caught_up.value:
         run = instance.get_run_by_id(latest.run_id)
@@ -165,9 +197,19 @@ def additive_changes_sensor(context: SensorEvaluationContext, settings: Incremen
     return RunRequest(run_key="apply-" + "-".join(current[change.table].digest for change in changes.changes))
 
 
+attributes_automation_sensor = AutomationConditionSensorDefinition(
+    "attributes_after_daily_aggregates",
+    target=AssetSelection.assets(ATTRIBUTES),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=30,
+    description="Requests attributes once a change to daily_aggregates is done, whichever surface made it "
+    "(a partition backfill from the UI, dagster asset materialize); daily_job writes both in one run.",
+)
+
+
 def defs(settings: IncrementalSettings) -> Definitions:
     return Definitions(
         jobs=[incremental_job, daily_job],
         schedules=[hourly_incremental_schedule],
-        sensors=[source_events_sensor, daily_partitions_sensor, additive_changes_sensor],
+        sensors=[source_events_sensor, daily_partitions_sensor, additive_changes_sensor, attributes_automation_sensor],
     )

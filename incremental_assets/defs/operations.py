@@ -17,7 +17,7 @@ from dagster import (
     op,
 )
 
-from incremental_assets.lib.catalog import WAREHOUSE_WRITER_TAGS, known_incremental, maintained_tables
+from incremental_assets.lib.catalog import WAREHOUSE_POOL, known_incremental, maintained_tables
 from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.operations.apply import apply_plan
@@ -32,7 +32,8 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
 
-@op(out=Out(Nothing), description="Empty the manifests and every table built from the source (needs allow_refresh).")
+@op(out=Out(Nothing), pool=WAREHOUSE_POOL,
+    description="Empty the manifests and every table built from the source (needs allow_refresh).")
 def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> Output:
     try:
         deleted = refresh(settings, context.instance, known_incremental(context), run_id=context.run_id)
@@ -45,7 +46,6 @@ def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> 
 
 
 @job(
-    tags=WAREHOUSE_WRITER_TAGS,
     hooks={record_failed},
     description="Full refresh: empties the manifests and derived tables, refused unless the launchpad sets "
     "resources.settings.config.allow_refresh: true; incremental runs then rebuild from start_date.",
@@ -58,7 +58,8 @@ class ApplyConfig(Config):
     forward_only: bool = False
 
 
-@op(out=Out(Nothing), description="Carry out the plan between the tables' fingerprints and the current settings.")
+@op(out=Out(Nothing), pool=WAREHOUSE_POOL,
+    description="Carry out the plan between the tables' fingerprints and the current settings.")
 def apply_settings_plan(
     context: OpExecutionContext, config: ApplyConfig, settings: IncrementalSettings, state: StateStore,
     spark: SparkResource,
@@ -77,7 +78,6 @@ def apply_settings_plan(
 
 
 @job(
-    tags=WAREHOUSE_WRITER_TAGS,
     hooks={record_failed},
     description="Apply the plan of a settings change (incremental-assets plan shows it): launch with "
     "ops.apply_settings_plan.config.forward_only true to rebuild nothing and apply it from now on.",
@@ -86,7 +86,8 @@ def apply_plan_job():
     apply_settings_plan()
 
 
-@op(out=Out(Nothing), description="Compact and vacuum every warehouse table (see incremental_assets/maintenance.py).")
+@op(out=Out(Nothing), pool=WAREHOUSE_POOL,
+    description="Compact and vacuum every warehouse table (see incremental_assets/maintenance.py).")
 def maintain_tables(context: OpExecutionContext, state: StateStore, settings: IncrementalSettings) -> Output:
     retention = settings.maintenance_retention_hours
     known = maintained_tables(known_incremental(context))
@@ -112,7 +113,7 @@ def maintain_tables(context: OpExecutionContext, state: StateStore, settings: In
     })
 
 
-@job(tags=WAREHOUSE_WRITER_TAGS, hooks={record_failed}, description="Compact small files and vacuum old ones in every warehouse table.")
+@job(hooks={record_failed}, description="Compact small files and vacuum old ones in every warehouse table.")
 def maintenance_job():
     maintain_tables()
 

@@ -20,7 +20,7 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.delta.write import last_commit
 from incremental_assets.lib.environment import source_table_uri, table_uri
-from incremental_assets.lib.incremental.asset import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state
 from incremental_assets.lib.settings import IncrementalSettings

@@ -43,10 +43,13 @@ MAINTENANCE_JOB = "maintenance_job"
 
 # Asset tag of the incremental assets: the ones the incremental manifest tracks.
 INCREMENTAL_TAG = "incremental_assets/incremental"
-# Incremental and daily runs both write the daily aggregation manifest (and the daily layer reads
-# what incremental runs merge): they queue behind each other, one at a time (dagster.yaml limits
-# this tag to 1). Outside Dagster, the run log's lease refuses a second incremental writer.
-WAREHOUSE_WRITER_TAGS = {"incremental_assets/writes": "warehouse"}
+# A keyhole run the source sensor requests for rows behind the cursor: its range.
+KEYHOLE_TAG = "incremental_assets/keyhole"
+# Every asset that writes the warehouse is in this concurrency pool (lib/assets.py), whichever job
+# or surface runs it: the run queue starts one such run at a time (dagster.yaml: pools at run
+# granularity, limit 1). Outside the queue (an in-process run), the run log's lease refuses a
+# second writer.
+WAREHOUSE_POOL = "incremental_assets/warehouse"
 # Tables with a freshness check (thresholds in the settings), named `freshness_check` on each.
 FRESHNESS_CHECKS = [AssetCheckKey.from_user_string(f"{table}:freshness_check") for table in (FILTERED_EVENTS, DAILY_AGGREGATES)]
 

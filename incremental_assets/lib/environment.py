@@ -14,7 +14,6 @@ from incremental_assets.lib.catalog import ATOMIC_EVENTS
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-
 def warehouse_root() -> str:
     """Warehouse root: a local path (made absolute) or an object-store URI passed through."""
     root = os.environ.get("INCREMENTAL_ASSETS_WAREHOUSE", "./warehouse")
@@ -47,10 +46,11 @@ def is_uri(location: str) -> bool:
 
 
 def dagster_home() -> Path:
-    """DAGSTER_HOME (default .dagster_home/ in the project), holding the project's dagster.yaml."""
+    """DAGSTER_HOME (default .dagster_home/ in the project). A home without a dagster.yaml gets the
+    project's; an operator's own (PostgreSQL storage, their run queue) is never touched."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home")))
     home.mkdir(parents=True, exist_ok=True)
     template, config = PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml"
-    if template.exists() and (not config.exists() or config.read_text() != template.read_text()):
+    if template.exists() and not config.exists():
         config.write_text(template.read_text())
     return home

@@ -24,16 +24,24 @@ def test_dagster_validates_the_workspace():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_incremental_and_daily_runs_queue_behind_each_other():
-    """Both jobs write the daily manifest: dagster.yaml lets one run with their shared tag at a time."""
+def test_every_writer_of_the_warehouse_is_in_the_one_writer_pool_with_the_run_log_hooks():
+    """Whichever job runs them (the project's, Dagster's own asset job for a UI backfill or `dagster
+    asset materialize`, a sensor's, automation's), the queue starts one run of the pool at a time
+    (dagster.yaml: run granularity, limit 1) and the run log's hooks close each asset's records."""
     import yaml
 
-    from incremental_assets.lib.catalog import DAILY_JOB
+    from incremental_assets.lib.catalog import BY_NAME, WAREHOUSE_POOL
     from incremental_assets.lib.environment import PROJECT_ROOT
 
-    limits = yaml.safe_load((PROJECT_ROOT / "dagster.yaml").read_text())["run_queue"]["tag_concurrency_limits"]
-    [(key, value)] = defs.resolve_job_def(INCREMENTAL_JOB).tags.items() & defs.resolve_job_def(DAILY_JOB).tags.items()
-    assert {"key": key, "value": value, "limit": 1} in limits
+    pools = yaml.safe_load((PROJECT_ROOT / "dagster.yaml").read_text())["concurrency"]["pools"]
+    assert pools == {"granularity": "run", "default_limit": 1}
+    writers = [node for node in defs.resolve_asset_graph().assets_defs if node.keys]
+    assert {key.path[-1] for node in writers for key in node.keys} == {name for name, t in BY_NAME.items() if t.group}
+    for node in writers:
+        assert node.node_def.pool == WAREHOUSE_POOL, node.keys
+        assert {hook.name for hook in node.hook_defs} == {"record_processed", "record_failed"}, node.keys
+    for job in ("refresh_job", "apply_plan_job", "maintenance_job"):
+        assert {op.definition.pool for op in defs.resolve_job_def(job).graph.node_dict.values()} == {WAREHOUSE_POOL}
 
 
 def test_definitions_load_against_a_missing_warehouse_and_read_nothing(tmp_path):

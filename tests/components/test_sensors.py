@@ -10,6 +10,16 @@ from incremental_assets.lib.settings import IncrementalSettings
 SETTINGS = {"settings": IncrementalSettings()}  # the sensors' resource
 
 
+def built_under_current_settings() -> None:
+    """Record every table's fingerprint under the sensors' settings, as a run's lease does."""
+    from incremental_assets.lib.catalog import BUILT_IN_INCREMENTAL
+    from incremental_assets.lib.state.plan import current_fingerprints
+    from incremental_assets.lib.state.store import StateStore
+
+    fingerprints = current_fingerprints(SETTINGS["settings"], dict.fromkeys(BUILT_IN_INCREMENTAL))
+    StateStore().record_fingerprints(fingerprints, "test")
+
+
 def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse):
     from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
@@ -38,6 +48,7 @@ def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
     days = [(date(2024, 3, 1), TO_PROCESS), (date(2024, 3, 2), TO_PROCESS), (date(2024, 3, 3), PROCESSED),
             (date(2024, 3, 4), TO_PROCESS)]
     StateStore().save_days([DayStatus(day, status=status) for day, status in days], consumed_version=0)
+    built_under_current_settings()  # else the manifest's rows look built by an earlier release
     requests = daily_partitions_sensor(build_sensor_context(instance=DagsterInstance.ephemeral(), resources=SETTINGS))
     ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]
@@ -140,3 +151,63 @@ def _run_success(run):
     from dagster import DagsterEvent, DagsterEventType
 
     return DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=run.job_name)
+
+
+def assessed_by(run_id: str, limits, arrivals=None) -> None:
+    """A run's row of new_event_limits, as a run of any surface (the command line's too) leaves it."""
+    from incremental_assets.lib.catalog import NEW_EVENT_LIMITS
+    from incremental_assets.lib.delta.log import snapshot
+    from incremental_assets.lib.delta.write import Txn, append_rows
+    from incremental_assets.lib.environment import source_table_uri, table_uri
+    from incremental_assets.lib.incremental.plan import RunPlan, plan_table
+    from incremental_assets.lib.source.arrivals import NOTHING_ARRIVED
+
+    plan = RunPlan(limits, run_id, source=snapshot(DeltaTable(source_table_uri())), arrivals=arrivals or NOTHING_ARRIVED)
+    append_rows(table_uri(NEW_EVENT_LIMITS), plan_table(plan), Txn(f"run-{run_id}"))
+
+
+def test_on_its_first_start_the_source_sensor_requests_nothing_a_command_line_run_already_assessed(spark, warehouse):
+    from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+    from incremental_assets.lib.incremental.limits import RunLimits, RunState
+
+    spark.range(3).write.format("delta").save(source_table_uri())
+    assessed_by("cli-run", RunLimits(RunState.FIRST_RUN, datetime(2024, 3, 1), datetime(2024, 3, 2), datetime(2024, 3, 2)))
+    instance = DagsterInstance.ephemeral()
+    first_start = source_events_sensor(build_sensor_context(instance=instance, resources=SETTINGS))
+    assert isinstance(first_start, SkipReason) and "unchanged since version 0" in first_start.skip_message
+    spark.range(2).write.format("delta").mode("append").save(source_table_uri())
+    request = source_events_sensor(build_sensor_context(instance=instance, resources=SETTINGS))
+    assert isinstance(request, RunRequest) and request.run_key == "source-version-1"
+
+
+def test_rows_behind_the_cursor_get_a_keyhole_run_requested_once_until_one_covers_them(spark, warehouse):
+    from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+    from incremental_assets.lib.incremental.limits import RunLimits, RunState
+    from incremental_assets.lib.source.arrivals import Arrival, Arrivals
+    from incremental_assets.lib.state.run_log import PROCESSED, PROCESSING
+    from incremental_assets.lib.state.store import StateStore
+
+    spark.range(3).write.format("delta").save(source_table_uri())
+    behind = Arrivals({Arrival.BEHIND: 4}, datetime(2024, 2, 1, 8), datetime(2024, 2, 3, 9))
+    assessed_by("standard", RunLimits(RunState.STANDARD, datetime(2024, 3, 1), datetime(2024, 3, 2), datetime(2024, 3, 2)), behind)
+    instance = DagsterInstance.ephemeral()
+    request = source_events_sensor(build_sensor_context(instance=instance, resources=SETTINGS))
+    assert isinstance(request, RunRequest)
+    config = request.run_config["ops"]["new_event_limits"]["config"]
+    assert config == {"lower": "2024-02-01T08:00:00", "upper": "2024-02-03T09:00:00"}
+    assert request.run_key == "keyhole-standard-2024-02-01T08:00:00-2024-02-03T09:00:00"
+
+    # The keyhole run over that range succeeded: nothing waits, nothing is requested.
+    keyhole = RunLimits(RunState.KEYHOLE, datetime(2024, 2, 1, 8), datetime(2024, 2, 3, 9), datetime(2024, 3, 2))
+    assessed_by("keyhole", keyhole)
+    state = StateStore()
+    state.record("keyhole", "filtered_events", PROCESSING, {})
+    state.record("keyhole", "filtered_events", PROCESSED, {})
+    done = source_events_sensor(build_sensor_context(instance=instance, resources=SETTINGS))
+    assert isinstance(done, SkipReason), done

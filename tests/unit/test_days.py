@@ -163,3 +163,14 @@ def test_a_backfill_range_is_checked_against_the_partitions_before_it_runs():
         backfill_range(date(2024, 3, 11), date(2024, 3, 12), first, today)
     with pytest.raises(ValueError, match="is before --start"):
         backfill_range(date(2024, 3, 5), date(2024, 3, 4), first, today)
+
+
+def test_a_keyhole_runs_days_are_recomputed_however_late_and_few_their_rows():
+    """A keyhole run's rows were asked for (a load, an operator, the source sensor): beyond the
+    horizon and below min_rows_to_process alike, the days they land on are recomputed."""
+    old, recent = date(2024, 2, 20), date(2024, 3, 4)
+    state = {old: processed(old), recent: processed(recent)}
+    arrivals = [arrive(old, 1, 1, delay=300.0), arrive(recent, 1, 1)]
+    assert {d: s.status for d, s in select(arrivals, state).items()} == {old: BEYOND_HORIZON, recent: DEFERRED}
+    asked = days_to_process(arrivals, state, UPPER, date(2024, 1, 1), 5, 5, "run-1", asked=True)
+    assert {d: (s.status, s.pending_late_events) for d, s in asked.items()} == {old: (TO_PROCESS, 1), recent: (TO_PROCESS, 1)}

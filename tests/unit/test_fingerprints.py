@@ -36,6 +36,22 @@ def test_the_same_settings_plan_nothing_and_a_table_without_a_fingerprint_is_ado
     assert adopted.empty and adopted.adopted == ("sessions_lifecycle_manifest", "filtered_events", "daily_aggregates")
 
 
+def test_a_table_with_rows_and_no_fingerprint_was_built_by_an_earlier_release_and_is_planned():
+    """Its settings were never recorded: rebuilt by the plan (a breaking change at the upgrade is
+    caught), or, forward-only, adopted as built under the current settings; never silently."""
+    upgraded = plan({}, tables(), built=["sessions_lifecycle_manifest", "filtered_events"])
+    assert [(c.table, c.kind, c.earlier_release, c.rebuild) for c in upgraded.changes] == [
+        ("sessions_lifecycle_manifest", BREAKING, True, True), ("filtered_events", BREAKING, True, True)]
+    assert upgraded.adopted == ("daily_aggregates",)  # no rows yet: new, recorded when first written
+    text = "\n".join(upgraded.describe())
+    assert "built by an earlier release, which recorded no settings -> rebuilt for every day" in text
+    assert "apply --forward-only adopts them as they are" in text
+    adopting = plan({}, tables(), forward_only=True, built=["filtered_events"])
+    [change] = adopting.changes
+    assert (change.kind, change.rebuild) == (FORWARD_ONLY, False)
+    assert "adopted as built under the current settings" in change.describe()
+
+
 def test_settings_that_change_nothing_stored_are_in_no_fingerprint():
     quiet = {**VALUES, "backfill_limit_days": 3, "lookback_window_hours": 1, "filtered_events_fresh_hours": 9,
              "daily_aggregates_fresh_hours": 99, "maintenance_retention_hours": 500, "attributes_reference_date": "2024-03-04",

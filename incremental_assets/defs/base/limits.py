@@ -25,17 +25,16 @@ from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_
 from incremental_assets.lib.delta.log import read_rows, snapshot
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
-from incremental_assets.lib.incremental.asset import incremental_models_in_run, spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset
+from incremental_assets.lib.incremental.asset import incremental_models_in_run
 from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
-from incremental_assets.lib.incremental.plan import RunPlan, last_assessed, plan_from_row, run_arrival_bounds
+from incremental_assets.lib.incremental.plan import RunPlan, last_assessed, run_arrival_bounds, waiting_behind_cursor
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.arrivals import Arrival, CountedArrivals, stranded
 from incremental_assets.lib.source.contract import SourceContractError, arrived_since, require_processable
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.plan import start_writing
 from incremental_assets.lib.state.records import ManifestEntry
-from incremental_assets.lib.state.run_log import succeeded
-from incremental_assets.lib.state.store import StateStore, run_log_record, run_of
+from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms.sessions import session_id, user_id
 from incremental_assets.lib.utc import naive, utcnow
 
@@ -142,15 +141,7 @@ def new_event_limits(
 )
 def source_rows_behind_the_cursor(state: StateStore) -> AssetCheckResult:
     """Reads new_event_limits and, only when some rows wait, the run log: no Spark job."""
-    counted = [
-        CountedArrivals(row["run_id"], plan.source.version, plan.arrivals, None if plan.limits.moves_manifest else
-                        (plan.limits.lower, plan.limits.upper))
-        for row in read_rows(table_uri(NEW_EVENT_LIMITS)) or []
-        for plan in [plan_from_row(row)] if plan.source is not None
-    ]
-    waiting = any(c.arrivals[Arrival.BEHIND] or c.arrivals[Arrival.IN_KEYHOLE] for c in counted)
-    runs = succeeded(run_log_record(row) for row in state.run_log()) if waiting else set()
-    found = stranded(counted, runs)
+    found = waiting_behind_cursor(read_rows(table_uri(NEW_EVENT_LIMITS)), state.run_log)
     rows = sum(s.rows for s in found)
     return AssetCheckResult(
         passed=not found,

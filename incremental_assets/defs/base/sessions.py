@@ -13,7 +13,6 @@ from dagster import (
     Definitions,
     Output,
     asset_check,
-    multi_asset,
 )
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
@@ -24,7 +23,7 @@ from incremental_assets.lib.delta.log import stored_table, table_exists
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
-from incremental_assets.lib.incremental.asset import OWNERS, SPARK_DELTA, spark_delta_asset
+from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset
 from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBatch, WindowRows
 from incremental_assets.lib.incremental.plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
@@ -152,7 +151,7 @@ def sessions_unique_and_within_cap(
     return from_offending_rows(violations, "lifecycle rows breaking a rule", f"start_date >= {floor or 'any'}")
 
 
-@multi_asset(
+@spark_delta_multi_asset(
     name="session_batch",
     ins={"plan": AssetIn(NEW_EVENT_LIMITS), "lifecycle": AssetIn(LIFECYCLE)},
     description="The sessions active in the window, computed once: the ones to quarantine, and all their events.",

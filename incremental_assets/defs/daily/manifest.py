@@ -16,7 +16,7 @@ from dagster import (
 from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import inserted_rows
-from incremental_assets.lib.incremental.asset import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import days_to_process, stranded
 from incremental_assets.lib.incremental.plan import RunPlan
 from incremental_assets.lib.metadata import markdown_table
@@ -63,7 +63,7 @@ def daily_aggregation_manifest(
     arrivals = day_arrivals(inserted_rows(session, uri, first_unread, current))
     changed = days_to_process(
         arrivals, state.days(), plan.limits.upper, settings.start, settings.reprocess_days,
-        settings.min_rows_to_process, context.run.run_id,
+        settings.min_rows_to_process, context.run.run_id, asked=not plan.limits.moves_manifest,
     )
     state.save_days(list(changed.values()), consumed_version=current)
     by_status = {

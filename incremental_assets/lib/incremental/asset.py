@@ -28,9 +28,10 @@ import inspect
 from dataclasses import replace
 from typing import Callable
 
-from dagster import AssetExecutionContext, AssetIn, Output, asset
+from dagster import AssetExecutionContext, AssetIn, Output
 from pyspark.sql import DataFrame
 
+from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import EVENTS_THIS_RUN, INCREMENTAL_GROUP, INCREMENTAL_TAG, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.spec import Rows, delta_table
 from incremental_assets.lib.incremental.batch import RunBatch
@@ -39,15 +40,6 @@ from incremental_assets.lib.incremental.plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore, run_of
-
-OWNERS = ["team:data-engineering"]
-SPARK_DELTA = {"spark", "delta"}
-
-
-def spark_delta_asset(**kwargs):
-    """@asset for a Spark job on a Delta table: the kinds and owners every such asset shares."""
-    return asset(kinds=SPARK_DELTA, owners=OWNERS, **kwargs)
-
 
 def incremental_models_in_run(context: AssetExecutionContext) -> list[str]:
     """The incremental assets selected in this run: the run's limits are computed over them."""

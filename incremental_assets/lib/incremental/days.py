@@ -99,8 +99,11 @@ def days_to_process(
     reprocess_days: int,
     min_rows_to_process: int,
     run_id: str,
+    asked: bool = False,
 ) -> dict[date, DayStatus]:
-    """The manifest rows this run changes, each with its new status."""
+    """The manifest rows this run changes, each with its new status. `asked`: a keyhole run, whose
+    rows an operator, a load or the source sensor asked to process: every day they land on is
+    recomputed, however late (the horizon and min_rows_to_process govern what arrives by itself)."""
     earliest = horizon(upper, reprocess_days)
     changed = {}
     for arrival in arrivals:
@@ -117,7 +120,7 @@ def days_to_process(
             max_delay_hours=max(entry.max_delay_hours, arrival.max_delay_hours),
             last_run_id=run_id,
         )
-        if known is None or arrival.fresh or (pending >= min_rows_to_process and arrival.day >= earliest):
+        if known is None or arrival.fresh or asked or (pending >= min_rows_to_process and arrival.day >= earliest):
             status = TO_PROCESS
         elif arrival.day < earliest:
             status = BEYOND_HORIZON

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 from dagster import Failure, TableColumn
@@ -19,9 +19,18 @@ from incremental_assets.lib.delta.log import Snapshot, read_rows, row_count
 from incremental_assets.lib.delta.spec import DeltaWriteError, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows
 from incremental_assets.lib.incremental.limits import RunLimits, RunState, nothing_new
-from incremental_assets.lib.source.arrivals import NOTHING_ARRIVED, Arrival, ArrivalBounds, Arrivals
+from incremental_assets.lib.source.arrivals import (
+    NOTHING_ARRIVED,
+    Arrival,
+    ArrivalBounds,
+    Arrivals,
+    CountedArrivals,
+    Stranded,
+    stranded,
+)
 from incremental_assets.lib.state.records import ManifestEntry
-from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
+from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ, succeeded
+from incremental_assets.lib.state.store import run_log_record
 from incremental_assets.lib.utc import UTC_TIMESTAMP, aware, naive
 
 LIMITS_SCHEMA = pa.schema(
@@ -127,6 +136,22 @@ def plan_from_row(row: Mapping[str, Any]) -> RunPlan:
 
 def _moment(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
+
+
+def waiting_behind_cursor(plans: list[Mapping[str, Any]] | None, run_log: Callable[[], list[dict]]) -> list[Stranded]:
+    """Source rows behind the incremental cursor that no keyhole run has processed since they
+    arrived, from every run's plan (`plans`: the rows of new_event_limits; `run_log`: read only
+    when some rows wait). The warn check reports them, preview names them, the source sensor
+    requests their keyhole run."""
+    counted = [
+        CountedArrivals(row["run_id"], plan.source.version, plan.arrivals,
+                        None if plan.limits.moves_manifest else (plan.limits.lower, plan.limits.upper))
+        for row in plans or []
+        for plan in [plan_from_row(row)] if plan.source is not None
+    ]
+    if not any(c.arrivals[Arrival.BEHIND] or c.arrivals[Arrival.IN_KEYHOLE] for c in counted):
+        return []
+    return stranded(counted, succeeded(run_log_record(row) for row in run_log()))
 
 
 def last_assessed(rows: list[Mapping[str, Any]] | None, table_id: str) -> Snapshot | None:

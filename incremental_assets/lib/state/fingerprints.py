@@ -85,14 +85,17 @@ class TableChange:
     redefined: tuple[str, ...] = ()  # attributes whose columns are recomputed for every day
     removed: tuple[str, ...] = ()  # attributes whose columns are dropped
     version: bool = False  # the asset's declared code version changed: rebuilt
+    earlier_release: bool = False  # built by a release that recorded no fingerprint: settings unknown
 
     @property
     def rebuild(self) -> bool:
         """The whole table is rebuilt (every day), not some of its columns."""
-        return self.kind != FORWARD_ONLY and (bool(self.settings) or self.version)
+        return self.kind != FORWARD_ONLY and (bool(self.settings) or self.version or self.earlier_release)
 
     def describe(self) -> str:
         what = []
+        if self.earlier_release:
+            what.append("built by an earlier release, which recorded no settings")
         if self.settings:
             what.append(f"settings {', '.join(self.settings)} changed")
         if self.version:
@@ -100,7 +103,9 @@ class TableChange:
         for verb, names in (("added", self.added), ("redefined", self.redefined), ("removed", self.removed)):
             if names:
                 what.append(f"attribute(s) {', '.join(names)} {verb}")
-        if self.kind == FORWARD_ONLY:
+        if self.kind == FORWARD_ONLY and self.earlier_release:
+            action = "nothing rebuilt: adopted as built under the current settings"
+        elif self.kind == FORWARD_ONLY:
             action = "nothing rebuilt: the change applies from now on"
         elif self.rebuild:
             action = "rebuilt for every day"
@@ -117,7 +122,7 @@ class TableChange:
 @dataclass(frozen=True)
 class Plan:
     """The changes between the tables' stored fingerprints and the current settings; `adopted`:
-    tables without a fingerprint yet (new, or built by an earlier release), recorded as they are."""
+    new tables (no fingerprint, no rows yet), recorded under the current settings when first written."""
 
     changes: tuple[TableChange, ...] = ()
     adopted: tuple[str, ...] = ()
@@ -133,21 +138,33 @@ class Plan:
     def describe(self) -> list[str]:
         if self.empty:
             return ["Every table was built under the current settings: nothing to apply."]
+        upgrade = [] if not any(change.earlier_release for change in self.changes) else [
+            "Tables built by an earlier release did not record their settings: applying rebuilds them under the "
+            "current ones; if no setting changed at the upgrade, apply --forward-only adopts them as they are."]
         return [
             f"The settings differ from those {len(self.changes)} table(s) were built under:",
             *(f"  {change.describe()}" for change in self.changes),
+            *upgrade,
             "Nothing is written until the plan is applied: incremental-assets apply "
             "(or, to rebuild nothing and apply it from now on: incremental-assets apply --forward-only)",
         ]
 
 
 def plan(
-    stored: Mapping[str, Stored | None], current: Mapping[str, Fingerprint], forward_only: bool = False
+    stored: Mapping[str, Stored | None], current: Mapping[str, Fingerprint], forward_only: bool = False,
+    built: Iterable[str] = (),
 ) -> Plan:
-    """The plan that brings every table of `current` (in its order) to its current fingerprint."""
+    """The plan that brings every table of `current` (in its order) to its current fingerprint.
+    `built`: tables that hold rows; one of them without a fingerprint was built by an earlier
+    release under settings nobody recorded, so it is planned like a breaking change (rebuilt), or
+    adopted as it is when forward-only. A table without rows is new: recorded when first written."""
+    built = set(built)
     changes, adopted = [], []
     for table, now in current.items():
         before = stored.get(table)
+        if before is None and table in built:
+            changes.append(TableChange(table, FORWARD_ONLY if forward_only else BREAKING, earlier_release=True))
+            continue
         if before is None:
             adopted.append(table)
             continue

@@ -24,6 +24,7 @@ from incremental_assets.lib.catalog import (
     SOURCE_RULES,
     known_incremental,
 )
+from incremental_assets.lib.delta.log import row_count
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.fingerprints import Fingerprint, Plan, fingerprint_of, plan
 from incremental_assets.lib.state.hooks import alive_in
@@ -56,9 +57,12 @@ def pending_plan(
     forward_only: bool = False,
 ) -> tuple[Plan, dict[str, Fingerprint]]:
     """The plan from the tables' recorded fingerprints to the current settings' (no Spark), and
-    the current fingerprints."""
+    the current fingerprints. Tables without a fingerprint are looked at (row counts from their
+    Delta logs): holding rows, they were built by an earlier release."""
     current = current_fingerprints(settings, incremental)
-    return plan(state.fingerprints(), current, forward_only), current
+    stored = state.fingerprints()
+    built = [table for table in current if table not in stored and row_count(state.uri(table))]
+    return plan(stored, current, forward_only, built), current
 
 
 def refusal(changes: Plan) -> str:
@@ -69,14 +73,17 @@ def refusal(changes: Plan) -> str:
 def start_writing(
     context, settings: IncrementalSettings, state: StateStore, window: tuple[datetime, datetime] | None = None
 ) -> None:
-    """A run's first writer, before it writes: refused while a plan is pending (Failure, with the
-    plan), else it takes the run log's lease for every asset the run writes (over `window`, the
-    run's limits), recording the fingerprints of tables new to the warehouse under the current
-    settings."""
+    """Each asset that can be a run's first writer calls this before it writes (whichever job or
+    surface runs it); the first call of a run is refused while a plan is pending (Failure, with the
+    plan), else takes the run log's lease for every asset the run writes (over `window`, the run's
+    limits), recording the fingerprints of tables new to the warehouse under the current settings.
+    Later calls of the same run find the lease theirs and do nothing."""
+    run_id = run_of(context)
+    if run_id is not None and state.holds_lease(run_id):
+        return
     changes, current = pending_plan(settings, state, known_incremental(context))
     if not changes.empty:
         raise Failure(description=refusal(changes), allow_retries=False)
-    run_id = run_of(context)
     if run_id is not None:
         assets = sorted(key.path[-1] for key in context.job_def.asset_layer.selected_asset_keys)
         adopted = {table: current[table] for table in changes.adopted}

@@ -249,6 +249,14 @@ class StateStore(ConfigurableResource):
                 return
         raise LeaseHeld(f"Could not take the run log's lease in {LEASE_ATTEMPTS} tries: other writers kept appending to {self.uri(RUN_LOG)}")
 
+    def holds_lease(self, run_id: str) -> bool:
+        """Whether the run has taken the lease already (an earlier step of it, in this process or,
+        under a multi-process executor, another)."""
+        if any(row["status"] == PROCESSING for row in self.appended_here(run_id)):
+            return True
+        since = utcnow().date() - timedelta(days=LEASE_DAYS)
+        return any(row["status"] == PROCESSING for row in self.run_log(run_id=run_id, since=since))
+
     def record(
         self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None,
         partition: str | None = None,

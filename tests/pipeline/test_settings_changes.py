@@ -242,3 +242,26 @@ def test_from_the_ui_the_apply_job_applies_the_plan_and_the_sensors_hold_until_t
         marked = process_marked_days(added, instance)  # what the daily sensor requests next
         assert marked and all(run.success for run in marked)
         assert "carts_3d" in read_table(spark, f"{warehouse}/attributes").columns
+
+
+def test_an_earlier_release_warehouse_upgraded_with_a_breaking_change_is_planned_then_equals_a_run_from_scratch(
+    spark, built, tmp_path, capsys
+):
+    """Finding: a warehouse of a release that recorded no fingerprints, upgraded together with
+    max_session_days 3 -> 1, was adopted under the new settings: `plan` said nothing to apply, the
+    run failed its blocking check and recorded a false fingerprint, and every later run failed."""
+    source, _ = built
+    warehouse = copied(built, tmp_path)
+    shutil.rmtree(warehouse / "table_fingerprints")  # what an earlier release left
+    changed = {**BASE, "max_session_days": 1}
+    with scenario_environment(warehouse, source, {}):
+        assert main(["plan", "--set", "max_session_days=1", "--set", "start_date=2024-03-01"]) == 0
+        shown = capsys.readouterr().out
+        assert "built by an earlier release, which recorded no settings -> rebuilt for every day" in shown
+        assert "apply --forward-only adopts them as they are" in shown
+        refused = run_incremental(settings_of(changed), instance=DagsterInstance.ephemeral(), now=NOW)
+        assert not refused.success and "incremental-assets apply" in refused.error
+        assert not (warehouse / "table_fingerprints").exists(), "no fingerprint recorded by a refused run"
+        applied = apply_changes(settings_of(changed), instance=DagsterInstance.ephemeral(), report=lambda line: None, now=NOW)
+        assert applied.success and all(change.earlier_release for change in applied.plan.changes)
+    assert comparable_tables(spark, warehouse) == comparable_tables(spark, from_scratch(built, tmp_path, changed))

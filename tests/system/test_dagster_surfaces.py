@@ -82,3 +82,69 @@ def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_a
         first = date.fromisoformat(day)
         assert run_days(settings, first, first, instance).success
         assert rows_of(spark, ATTRIBUTES) == through_dagster
+
+
+def sensor_ticks(instance: DagsterInstance, name: str) -> int:
+    states = [s for s in instance.all_instigator_state() if s.name == name]
+    return sum(len(instance.get_ticks(s.instigator_origin_id, s.selector_id)) for s in states)
+
+
+def wait_for(what, condition, seconds: float):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(5)
+    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+
+
+def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_brings_attributes_up_to_date(
+    spark, tmp_path
+):
+    """Finding: on its first start after command-line runs, the source sensor launched a run nobody
+    needed, and rows that reached the source behind the cursor waited for a person to type a command."""
+    from pyspark.sql import functions as F
+
+    from incremental_assets.lib.sample.stream import append_hours, generate_stream
+
+    home = a_home(tmp_path)
+    (tmp_path / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
+        f"      working_directory: {PROJECT_ROOT}\n"
+    )
+    source = str(tmp_path / "source")
+    generate_stream(spark, source, PARAMS, hours=PARAMS.days * 24)
+    with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):
+        settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.get()
+        assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
+        runs_before = len(instance.get_runs())
+        daemon = subprocess.Popen(
+            [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
+            stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_for("two ticks of the source sensor", lambda: sensor_ticks(instance, "source_events_sensor") >= 2, 240)
+            assert len(instance.get_runs()) == runs_before, "nothing launched over a caught-up warehouse"
+
+            # Another writer appends two hours of the stream, and rows whose cursor lies behind the manifest.
+            append_hours(spark, source, 2)
+            old = spark.read.format("delta").load(source).where(F.to_date("load_tstamp") == PARAMS.start_date).limit(5)
+            behind = old.withColumn("event_id", F.concat(F.lit("behind-"), "event_id"))
+            behind.write.format("delta").mode("append").save(source)
+
+            def attributes_caught_up():
+                stored = read_table(spark, StateStore().uri("filtered_events")).where(F.col("event_id").startswith("behind-"))
+                latest = instance.get_latest_materialization_event(AssetKey(ATTRIBUTES))
+                keyholes = [r for r in instance.get_runs() if r.tags.get("incremental_assets/keyhole")]
+                return stored.count() > 0 and keyholes and latest and latest.timestamp > max(r.end_time or 0 for r in keyholes)
+
+            wait_for("the keyhole run and attributes after it", attributes_caught_up, 900)
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(60)
+        assert all(run.status.value == "SUCCESS" for run in instance.get_runs()), (tmp_path / "daemon.log").read_text()[-3000:]
+        assert FAILED not in {r["status"] for r in StateStore().run_log()}
+        events = read_table(spark, StateStore().uri("filtered_events"))
+        page_views = read_table(spark, StateStore().uri(ATTRIBUTES)).agg(F.sum("page_views")).first()[0]
+        assert page_views == events.where(F.col("event_name") == "page_view").count(), "attributes hold every stored event"

@@ -61,10 +61,11 @@ def _failed(error: BaseException) -> int:
     return 2
 
 
-def cause(error: BaseException) -> str:
-    """What went wrong, in one line: the message of the error a user can act on. Spark's errors
-    carry their class and message on the first line, Java frames after; a Python error without a
-    message is named by its type."""
+def cause(error: BaseException | str) -> str:
+    """What went wrong, in one line: the message of the error a user can act on (raised here, or
+    a failed run's). Spark's errors carry their class and message on the first line, Java frames
+    after, as deltalake's carry a Rust backtrace when RUST_BACKTRACE is set; a Python error
+    without a message is named by its type."""
     text = str(error).strip()
     first = text.splitlines()[0] if text else type(error).__name__
     if "JVM stacktrace" in first or first.startswith("An error occurred while calling"):
@@ -198,7 +199,7 @@ def _outcome(summaries) -> int:
     print(f"Dagster's event stream: {run_log_file()}")
     failed = [s for s in summaries if not s.success]
     if failed:
-        print(f"error: run {failed[0].run_id} failed: {failed[0].error} (the run's events: {run_log_file()})", file=sys.stderr)
+        print(f"error: run {failed[0].run_id} failed: {cause(failed[0].error)} (the run's events: {run_log_file()})", file=sys.stderr)
         return 2
     return 0
 

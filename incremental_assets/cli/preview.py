@@ -8,12 +8,11 @@ from datetime import date, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import incremental_of
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import FILTERED_EVENTS
-from incremental_assets.lib.delta.log import stored_table
+from incremental_assets.lib.delta.log import reading, stored_table
 from incremental_assets.lib.incremental.days import arrivals_from_rows, days_to_process
 from incremental_assets.lib.incremental.limits import RunLimits, load_days, run_limits
 from incremental_assets.lib.settings import IncrementalSettings
@@ -60,13 +59,14 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     limits = run_limits(
         state.entries(), models, settings.start, settings.backfill_limit_days, settings.lookback_window_hours, now
     )
-    source = DeltaTable(environment.source_table_uri()).to_pyarrow_dataset()
+    source = stored_table(environment.source_table_uri()).to_pyarrow_dataset()
     ts = pc.field(settings.session_timestamp)
     in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
     load_day = settings.source_load_date_column
     if load_day in source.schema.names:  # the load days a run reads, as it reads them
         in_window = in_window & _loaded(load_day, *load_days(settings.session_timestamp, limits.lower, limits.upper))
-    window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
+    with reading(environment.source_table_uri()):
+        window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
     stored = _stored_event_ids(state.uri(FILTERED_EVENTS), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
     new = [
         {**r, "event_date": r["derived_tstamp"].date()}
@@ -88,7 +88,8 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
     table = stored_table(uri)
     if table is None:
         return set()
-    ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
+    with reading(uri):
+        ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
     return set(ids.column("event_id").to_pylist())
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from incremental_assets.lib.delta.log import stored_table
+from incremental_assets.lib.delta.log import reading, stored_table
 
 
 def print_table(uri: str, limit: int = 20) -> None:
     table = stored_table(uri)
     if table is None:
         raise FileNotFoundError(f"No Delta table at {uri}")
-    total = table.count()
-    data = table.to_pyarrow_dataset().head(limit)
+    with reading(uri):
+        total = table.count()
+        data = table.to_pyarrow_dataset().head(limit)
     print(f"{uri}  (version {table.version()}, {total} rows)")
     rows = data.to_pylist()
     if not rows:

@@ -7,14 +7,22 @@ The commit files after that version list the data files each commit added (`add`
 `dataChange` true: a compaction's rewrites are not new rows), with their statistics. Delta keeps
 commit files for `delta.logRetentionDuration` (30 days by default); when the ones needed are gone,
 the files of the current snapshot modified after the version's commit are taken instead.
+
+Damaged tables:
+
+Every table is opened and read here, so a table that is there but cannot be read (its last commit
+cut off or garbled by a crash, a data file gone, storage refusing access) fails every caller, the
+command line and Dagster steps alike, with one UnreadableTableError: one line naming the table, the
+file and the way back.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 from urllib.parse import unquote
 
 import deltalake
@@ -22,13 +30,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyarrow.parquet import filters_to_expression
 
 from incremental_assets.lib.delta.spec import Window
 
 EPOCH = datetime(1970, 1, 1)
+# The actions a commit file holds, one a line (Delta protocol); a line of none of them is no commit.
+DELTA_ACTIONS = {"add", "remove", "metaData", "protocol", "commitInfo", "txn", "cdc", "domainMetadata"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ def snapshot(table: deltalake.DeltaTable) -> Snapshot:
 
 def added_since(uri: str, since: Snapshot | None) -> tuple[Snapshot, list[AddedFile]]:
     """The table's snapshot now, and the data files added after `since` (every file: None)."""
-    table = deltalake.DeltaTable(uri)
+    table = _open(uri)
     now = snapshot(table)
     if since is None:
         return now, _current_files(table)
@@ -76,7 +85,8 @@ def read_column(uri: str, files: list[AddedFile], column: str) -> pa.Array:
     """One column of the given data files (Arrow, no JVM)."""
     filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
     paths = [f"{root}/{unquote(f.path)}" for f in files]
-    return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=[column]).column(column).combine_chunks()
+    with reading(uri):
+        return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=[column]).column(column).combine_chunks()
 
 
 def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
@@ -144,30 +154,29 @@ def read_rows(uri: str, columns: list[str] | None = None, filters: list | None =
 
     Filters on partition columns prune the files read; the others apply to the rows read (files
     that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare)."""
-    try:
-        table = DeltaTable(uri)
-    except TableNotFoundError:
+    table = stored_table(uri)
+    if table is None:
         return None
     partitioned = set(table.metadata().partition_columns)
     pruning = [f for f in filters or [] if f[0] in partitioned]
-    rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
+    with reading(uri):
+        rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
     rest = [f for f in filters or [] if f[0] not in partitioned]
     return (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
 
 
 def table_version(uri: str) -> int | None:
-    try:
-        return DeltaTable(uri).version()
-    except TableNotFoundError:
-        return None
+    table = stored_table(uri)
+    return None if table is None else table.version()
 
 
 def latest_marker(uri: str, key: str) -> Any:
     """`key` from the newest commit whose userMetadata (JSON) carries it, or None."""
-    try:
-        history = DeltaTable(uri).history()
-    except TableNotFoundError:
+    table = stored_table(uri)
+    if table is None:
         return None
+    with reading(uri):
+        history = table.history()
     for commit in history:  # newest first
         try:
             marker = json.loads(commit.get("userMetadata") or "{}")
@@ -179,26 +188,108 @@ def latest_marker(uri: str, key: str) -> Any:
 
 
 def row_count(uri: str) -> int | None:
-    try:
-        return DeltaTable(uri).count()
-    except TableNotFoundError:
+    table = stored_table(uri)
+    if table is None:
         return None
+    with reading(uri):
+        return table.count()
 
 
 class UnreadableTableError(RuntimeError):
-    """A table whose log exists but cannot be read: corrupted, or on storage refusing access."""
+    """A table that is there but cannot be read: a damaged commit or data file, or storage refusing
+    access. Its message is one line naming the table, the file and the way back."""
 
 
 def stored_table(uri: str) -> deltalake.DeltaTable | None:
     """The table at `uri` opened from its log (no Spark job), or None when there is none. A table
-    that is there but cannot be read (a corrupted log, storage refusing access) raises, naming the
-    table: a write must never take it for missing and create it afresh."""
+    that is there but cannot be read raises UnreadableTableError: a write must never take it for
+    missing and create it afresh."""
     try:
-        return deltalake.DeltaTable(uri)
+        return _open(uri)
     except TableNotFoundError:
         return None
-    except Exception as error:  # noqa: BLE001 - any other failure is the table's, reported as such
-        raise UnreadableTableError(f"The Delta table at {uri} cannot be read: {error}") from error
+
+
+def _open(uri: str, version: int | None = None) -> deltalake.DeltaTable:
+    """The table at `uri` (its latest version unless given); TableNotFoundError when there is none.
+    The latest commit is checked too: delta-rs reads an empty commit file (a crash can leave one),
+    or one without Delta actions, as a commit that changed nothing."""
+    with reading(uri):
+        table = deltalake.DeltaTable(uri, version=version)
+        if version is None and (damaged := _damaged_commit(uri, table.version())):
+            raise damaged
+    return table
+
+
+@contextmanager
+def reading(uri: str) -> Iterator[None]:
+    """deltalake's and Arrow's errors reading the table at `uri` (its log, its data files) as an
+    UnreadableTableError. deltalake's error stays its context, not its cause: tracebacks show it,
+    while a run's summary reports the deepest cause, which must be this line, not a Rust backtrace."""
+    try:
+        yield
+    except TableNotFoundError:
+        raise
+    except (DeltaError, OSError, pa.ArrowInvalid) as error:
+        raise _unreadable(uri, error)  # noqa: B904 - the context, on purpose (above)
+
+
+def _unreadable(uri: str, error: Exception) -> UnreadableTableError:
+    """What `error` says is wrong with the table: its last commit, else a data file the error
+    names, else deltalake's reason (an earlier commit or a checkpoint, storage refusing access)."""
+    text = str(error).strip()
+    reason = text.splitlines()[0] if text else type(error).__name__
+    try:
+        damaged = _damaged_commit(uri, _last_version(uri)) or _damaged_file(uri, text, reason)
+    except (DeltaError, OSError, pa.ArrowInvalid):  # the log cannot be listed or opened: reason enough
+        damaged = None
+    return damaged or UnreadableTableError(
+        f"The Delta table at {uri} cannot be read: {reason}. Check that this process may read it; if its log is "
+        "damaged before the last commit, restore the table from a backup"
+    )
+
+
+def _last_version(uri: str) -> int | None:
+    filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
+    names = [info.base_name for info in filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))]
+    return max((int(name[:-5]) for name in names if name.endswith(".json") and name[:-5].isdigit()), default=None)
+
+
+def _damaged_commit(uri: str, version: int | None) -> UnreadableTableError | None:
+    """The error naming commit `version`, the last, when its file is no commit: cut off or garbled
+    (not JSON lines), empty, or without a Delta action; None when it is one."""
+    if version is None:
+        return None
+    try:
+        commits = _commit_actions(uri, range(version, version + 1))
+        if commits is None or any(isinstance(action, dict) and action.keys() & DELTA_ACTIONS for action in commits[0]):
+            return None  # a commit (or moved aside meanwhile)
+        problem = "no Delta action in it"
+    except ValueError as error:  # cut off or garbled: not JSON lines, or not text
+        problem = f"not JSON: {error}"
+    name = f"{version:020d}.json"
+    if version:
+        way_back = f"Move it out of _delta_log (e.g. to {uri}/{name}.damaged) to return the table to version {version - 1}"
+    else:
+        way_back = f"It is the table's first commit: move the table aside (e.g. to {uri}.damaged) to return to before its first write"
+    return UnreadableTableError(
+        f"The Delta table at {uri} cannot be read: its last commit {uri}/_delta_log/{name} is damaged ({problem}). "
+        f"{way_back}; the run that wrote the commit is then redone by the next run, as every run is idempotent "
+        "(what a load wrote: by loading it again)"
+    )
+
+
+def _damaged_file(uri: str, error: str, reason: str) -> UnreadableTableError | None:
+    """The error naming the table's data file that `error` names (missing, or not Parquet)."""
+    paths = [unquote(path) for path in data_files(deltalake.DeltaTable(uri)).column("path").to_pylist()]
+    named = next((path for path in paths if path in error), None)
+    if named is None:
+        return None
+    return UnreadableTableError(
+        f"The Delta table at {uri} cannot be read: its data file {uri}/{named} is missing or damaged ({reason}). "
+        "Put back a good copy (from a backup); or, losing its rows, move it aside and drop it from the table: "
+        f"python -c \"import deltalake; deltalake.DeltaTable('{uri}').repair()\""
+    )
 
 
 def table_exists(uri: str) -> bool:
@@ -214,9 +305,10 @@ def data_files(table: deltalake.DeltaTable) -> pa.Table:
 def partitions_added(uri: str, version: int, column: str) -> list:
     """The values of partition `column` that commit `version` added files to: the files of that
     version that the one before did not have, from the log (no Spark job; one table, moved on)."""
-    table = deltalake.DeltaTable(uri, version=max(version - 1, 0))
+    table = _open(uri, version=max(version - 1, 0))
     before = set(data_files(table).column("path").to_pylist()) if version else set()
-    table.load_as_version(version)
+    with reading(uri):
+        table.load_as_version(version)
     added = data_files(table)
     values = zip(added.column("path").to_pylist(), added.column(f"partition.{column}").to_pylist())
     return sorted({value for path, value in values if path not in before})
@@ -232,7 +324,8 @@ def stored_max(uri: str, column: str) -> Any:
     statistic = f"max.{column}"
     if statistic in files.column_names and files.num_rows and files.column(statistic).null_count == 0:
         return pc.max(files.column(statistic)).as_py()
-    return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
+    with reading(uri):
+        return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
 def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: Window) -> dict | None:

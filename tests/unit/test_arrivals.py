@@ -1,4 +1,5 @@
-"""Rows arriving in the source, classified once: the rule on plain values and on Arrow."""
+"""Rows arriving in the source, classified once: the rule on plain values and on Arrow; what a
+rewrite of the source copied is not an arrival."""
 
 from datetime import date, datetime
 
@@ -7,7 +8,16 @@ import pytest
 
 from incremental_assets.lib.incremental.limits import RunLimits, RunState
 from incremental_assets.lib.incremental.plan import run_arrival_bounds
-from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds, Arrivals, count_arrow
+from incremental_assets.lib.source.arrivals import (
+    Arrival,
+    ArrivalBounds,
+    Arrivals,
+    Origin,
+    count_arrow,
+    inserted_rows,
+    origin_by_metrics,
+    origin_of_added,
+)
 
 START, NOW = datetime(2024, 1, 1), datetime(2024, 3, 10, 12)
 LOWER = datetime(2024, 3, 10, 6)  # the next standard window's lower limit
@@ -103,3 +113,64 @@ def test_rows_behind_the_cursor_stay_stranded_until_a_keyhole_that_saw_them_cove
     failed = CountedArrivals("failed", 13, Arrivals({Arrival.IN_KEYHOLE: 3}), keyhole=(feb2, feb3))
     assert stranded([failed], set()) == [Stranded("failed", 3, feb2, feb3)]
     assert stranded([failed], {"failed"}) == []
+
+
+# -- rows a rewrite copied are not arrivals ----------------------------------------------------------
+
+HELD, NEW, MIXED = Origin.HELD, Origin.NEW, Origin.MIXED
+SPARK_DELETE = {"numRemovedFiles": "1", "numCopiedRows": "9", "numDeletedRows": "1", "numAddedFiles": "1"}
+SPARK_UPDATE = {"numRemovedFiles": "1", "numCopiedRows": "9", "numUpdatedRows": "1", "numAddedFiles": "1"}
+SPARK_MERGE = {"numTargetRowsCopied": "17", "numTargetRowsUpdated": "2", "numTargetRowsInserted": "3", "numOutputRows": "22"}
+SPARK_APPEND = {"numFiles": "2", "numOutputRows": "20", "numOutputBytes": "10099"}
+SPARK_OPTIMIZE = {"numRemovedFiles": "4", "numAddedFiles": "2", "minFileSize": "5450"}
+RS_DELETE = {"num_removed_files": 1, "num_deleted_rows": 1, "num_copied_rows": 2}
+RS_MERGE = {"num_target_rows_inserted": 1, "num_target_rows_updated": 1, "num_target_rows_copied": 1}
+
+
+@pytest.mark.parametrize(
+    "removed, data_change, expected",
+    [
+        ([], True, NEW),  # an append
+        ([], False, HELD),  # changes no data and removes nothing: nothing new
+        ([HELD, HELD], False, HELD),  # a compaction of files the table held
+        ([NEW, NEW], False, NEW),  # a compaction of files appended since: their rows, moved
+        ([HELD, NEW], False, MIXED),  # a compaction of both
+        ([MIXED], False, MIXED),  # a compaction of a rewrite's files
+        ([HELD], True, MIXED),  # a DELETE, UPDATE or MERGE of held rows: copies, maybe inserts
+        ([NEW], True, NEW),  # a DELETE or UPDATE of rows appended since: what survives is new
+        ([NEW, MIXED], True, MIXED),
+    ],
+)
+def test_what_a_commit_added_is_what_it_removed_rearranged_copied_or_appended(removed, data_change, expected):
+    assert origin_of_added(removed, data_change) is expected
+
+
+@pytest.mark.parametrize(
+    "metrics, expected",
+    [
+        (SPARK_MERGE, 3), (RS_MERGE, 1),  # a MERGE says, in Spark's names and in delta-rs'
+        (SPARK_DELETE, 0), (SPARK_UPDATE, 0), (RS_DELETE, 0),  # copied rows and no insert
+        (SPARK_APPEND, None), (SPARK_OPTIMIZE, None), ({}, None),  # they do not say
+    ],
+)
+def test_inserted_rows_by_operation_metrics(metrics, expected):
+    assert inserted_rows(metrics) == expected
+
+
+@pytest.mark.parametrize(
+    "removed, metrics, expected",
+    [
+        ([HELD], SPARK_DELETE, HELD),  # an erasure whose removed file VACUUM took: copies only
+        ([HELD, HELD], RS_DELETE, HELD),
+        ([HELD], SPARK_MERGE, NEW),  # 3 inserts among 22 rows, not which: all 22 counted
+        ([HELD], {**SPARK_MERGE, "numTargetRowsInserted": "0"}, HELD),
+        ([HELD, NEW], SPARK_DELETE, NEW),  # rows appended since survive in it: all counted
+        ([HELD], {}, NEW),  # metrics that do not say: all counted
+    ],
+)
+def test_when_a_removed_file_is_gone_the_metrics_decide_and_doubt_counts(removed, metrics, expected):
+    assert origin_by_metrics(removed, metrics) is expected
+
+
+def test_no_rows_count_as_nothing():
+    assert count_arrow(pa.array([], pa.timestamp("us")), STANDARD) == Arrivals()

@@ -357,3 +357,60 @@ def noted(uri: str, run_id: str) -> Mapping[str, Any] | None:
         return None
     stored = json.loads(raw)
     return stored["value"] if stored.get("run_id") == run_id else None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What one commit did to a table's data files: those it added, the paths of those it removed,
+    whether it changed data (false: a compaction, rearranging rows), and its operation metrics
+    (named as its writer names them)."""
+
+    added: tuple[AddedFile, ...]
+    removed: tuple[str, ...] = ()
+    data_change: bool = True
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+
+
+def commits_since(uri: str, since: Snapshot | None) -> tuple[Snapshot, list[Commit]]:
+    """The table's snapshot now, and its commits after `since`, oldest first. Without `since`, or
+    when the commit files needed are gone, one commit adding what `added_since` finds instead: what
+    the commits in between rewrote can no longer be told from what they added."""
+    if since is not None:
+        now = snapshot(_open(uri))
+        commits = _commit_actions(uri, range(since.version + 1, now.version + 1))
+        if commits is not None:
+            return now, [_commit(actions) for actions in commits]
+    now, files = added_since(uri, since)
+    return now, [Commit(tuple(files))]
+
+
+def _commit(actions: list[dict]) -> Commit:
+    files = [action[kind] for action in actions for kind in ("add", "remove") if kind in action]
+    info = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
+    return Commit(
+        tuple(_added(action) for action in actions if "add" in action),
+        tuple(action["remove"]["path"] for action in actions if "remove" in action),
+        any(f.get("dataChange", True) for f in files), info.get("operationMetrics") or {},
+    )
+
+
+def read_columns(uri: str, paths: list[str], columns: list[str]) -> pa.Table:
+    """Columns of the table's data files at `paths` (as the log names them), with Arrow: no JVM."""
+    with reading(uri):
+        return _data_files_at(uri, paths).to_table(columns=columns)
+
+
+def read_removed(uri: str, paths: list[str], columns: list[str]) -> pa.Table | None:
+    """Columns of data files that commits removed, or None when one is gone: they stay on storage
+    until VACUUM deletes them."""
+    try:
+        removed = _data_files_at(uri, paths)
+    except FileNotFoundError:
+        return None
+    with reading(uri):
+        return removed.to_table(columns=columns)
+
+
+def _data_files_at(uri: str, paths: list[str]) -> ds.Dataset:
+    filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
+    return ds.dataset([f"{root}/{unquote(path)}" for path in paths], filesystem=filesystem, format="parquet")

@@ -6,6 +6,10 @@ one, nor is a row before start_date; a row stamped after `now` waits for its tim
 arrives is classified once, by the first run (or load) that sees it, so that none of them is lost
 without a count. The rule is stated once, as data (`ArrivalBounds.rule`), and evaluated on plain
 values, on Arrow arrays (a run, without a JVM) and on Spark columns (a load, before it writes).
+
+Only rows new to the table arrive. The source's owner rewriting it (a compaction, a DELETE for an
+erasure, an UPDATE, a MERGE) commits files that copy rows it already held: `Origin` says, file by
+file, whether its rows are new, held, or a mix that event ids tell apart.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,7 +132,7 @@ def all_of(rows: int, arrival: Arrival) -> Arrivals:
 
 def count_arrow(ts: pa.Array, bounds: ArrivalBounds) -> Arrivals:
     """The rule over an Arrow array of the cursor."""
-    unclassified = pa.array([True] * len(ts))
+    unclassified = pa.array([True] * len(ts), pa.bool_())
     counts, behind = {}, None
     for arrival, test, moments in bounds.rule():
         condition = ARROW_TESTS[test](ts, *(_scalar(moment, ts.type) for moment in moments))
@@ -164,6 +168,42 @@ def _least(*moments):
 
 def _greatest(*moments):
     return max((m for m in moments if m is not None), default=None)
+
+
+class Origin(str, Enum):
+    """Whether the rows of a data file arrived after the version a run last assessed."""
+
+    HELD = "held"  # none did: a file of that version, or one that only rearranged such rows (a compaction)
+    NEW = "new"  # every one did: an append, or a rewrite of appended rows only
+    MIXED = "mixed"  # a rewrite that copied held rows and may have added new ones: told apart by event_id
+
+
+def origin_of_added(removed: Iterable[Origin], data_change: bool) -> Origin:
+    """The origin of the rows of the files one commit added, from the origins of the files it
+    removed. A commit that changes no data (a compaction) rearranges the rows it removed; one that
+    does and removes files (DELETE, UPDATE, MERGE, an overwrite) copies rows of them and may insert
+    new ones; one that removes nothing appends (or, changing no data, adds nothing new)."""
+    origins = set(removed) or {Origin.NEW if data_change else Origin.HELD}
+    if origins == {Origin.NEW}:
+        return Origin.NEW
+    return Origin.HELD if origins == {Origin.HELD} and not data_change else Origin.MIXED
+
+
+def origin_by_metrics(removed: Iterable[Origin], metrics: Mapping[str, Any]) -> Origin:
+    """The origin of a rewrite's files when held files it removed are gone (VACUUM), so that their
+    event ids cannot be read: copies only when it removed held rows only and its operation metrics
+    say it inserted none; otherwise new, every row counted (more than arrived rather than fewer)."""
+    return Origin.HELD if set(removed) == {Origin.HELD} and inserted_rows(metrics) == 0 else Origin.NEW
+
+
+def inserted_rows(metrics: Mapping[str, Any]) -> int | None:
+    """The rows a commit inserted, from its operation metrics as Spark (numTargetRowsInserted) and
+    delta-rs (num_target_rows_inserted) name them: a MERGE says; a DELETE or an UPDATE reports the
+    rows it copied and inserts none; None when the metrics do not say."""
+    named = {name.replace("_", "").lower(): value for name, value in metrics.items()}
+    if "numtargetrowsinserted" in named:
+        return int(named["numtargetrowsinserted"])
+    return 0 if "numcopiedrows" in named else None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import deltalake
 import pyarrow as pa
@@ -13,14 +14,26 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import Snapshot, added_since, data_files, read_column
+from incremental_assets.lib.delta.log import (
+    AddedFile,
+    Commit,
+    Snapshot,
+    commits_since,
+    data_files,
+    read_column,
+    read_columns,
+    read_removed,
+)
 from incremental_assets.lib.source.arrivals import (
     NOTHING_ARRIVED,
     Arrival,
     ArrivalBounds,
     Arrivals,
+    Origin,
     all_of,
     count_arrow,
+    origin_by_metrics,
+    origin_of_added,
     total,
 )
 
@@ -155,12 +168,17 @@ def _is(arrow: pa.DataType, kind: T.DataType) -> bool:
 
 def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, cursor: str) -> tuple[Snapshot, Arrivals]:
     """The source's snapshot now, and the rows added to it after `since` (all of them: None), by
-    arrival class. A file whose statistics put every row in one class is not read (Delta keeps
-    timestamp statistics to the millisecond, so a maximum may hide up to a millisecond more);
-    the cursor of the others, and of every file with rows behind it, is read with Arrow, no JVM."""
-    now, files = added_since(uri, since)
-    judged, unread = [], []
-    for added in files:
+    arrival class: only rows new to the table, not the copies its owner's rewrites commit
+    (`_arrived_files`). A file of new rows whose statistics put every row in one class is not read
+    (Delta keeps timestamp statistics to the millisecond, so a maximum may hide up to a millisecond
+    more); the cursor of the others, and of every file with rows behind it, is read with Arrow, no JVM."""
+    now, commits = commits_since(uri, since)
+    files, copied = _arrived_files(uri, commits)
+    judged, unread, mixed = [], [], []
+    for added, origin in files:
+        if origin is Origin.MIXED:
+            mixed.append(added)
+            continue
         low, high, nulls = added.minimum.get(cursor), added.maximum.get(cursor), added.nulls.get(cursor)
         arrival = None
         if added.rows is not None and nulls == added.rows:
@@ -172,4 +190,41 @@ def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, curso
         else:
             judged.append(all_of(added.rows, arrival))
     read = count_arrow(read_column(uri, unread, cursor), bounds) if unread else NOTHING_ARRIVED
-    return now, total(judged) + read
+    return now, total(judged) + read + _new_rows(uri, mixed, copied, bounds, cursor)
+
+
+def _arrived_files(uri: str, commits: list[Commit]) -> tuple[list[tuple[AddedFile, Origin]], list[pa.Array]]:
+    """The files `commits` added that the table still holds, with the origin of their rows (those
+    of held rows only left out), and the event ids of the held rows that rewrites copied: what
+    tells a mixed file's copies from its new rows. The ids are read from the held files a rewrite
+    removed, still on disk until VACUUM; where one is gone, the commit's operation metrics decide
+    (`origin_by_metrics`). A commit that removes nothing (an append) costs no read."""
+    files: dict[str, tuple[AddedFile, Origin]] = {}
+    copied = []
+    for commit in commits:
+        removed = {path: files.pop(unquote(path), (None, Origin.HELD))[1] for path in commit.removed}
+        origin = origin_of_added(removed.values(), commit.data_change)
+        held = [path for path, was in removed.items() if was is Origin.HELD]
+        if origin is Origin.MIXED and held:
+            ids = read_removed(uri, held, ["event_id"])
+            if ids is None:
+                origin = origin_by_metrics(removed.values(), commit.metrics)
+            else:
+                copied.append(_event_ids(ids))
+        files.update({unquote(added.path): (added, origin) for added in commit.added})
+    return [(added, origin) for added, origin in files.values() if origin is not Origin.HELD], copied
+
+
+def _new_rows(uri: str, mixed: list[AddedFile], copied: list[pa.Array], bounds: ArrivalBounds, cursor: str) -> Arrivals:
+    """The rows of rewritten files that copy no held row: a MERGE's inserts, or rows appended since
+    and rewritten after (a row without an event_id is a copy when a rewrite copied such rows)."""
+    if not mixed:
+        return NOTHING_ARRIVED
+    rows = read_columns(uri, [added.path for added in mixed], ["event_id", cursor])
+    new = pc.invert(pc.is_in(_event_ids(rows), value_set=pa.concat_arrays(copied)))
+    return count_arrow(rows.column(cursor).combine_chunks().filter(new), bounds)
+
+
+def _event_ids(rows: pa.Table) -> pa.Array:
+    """As one string type, whichever writer wrote the files (string, large or view)."""
+    return rows.column("event_id").combine_chunks().cast(pa.string())

@@ -15,6 +15,7 @@ import time
 from datetime import date, timedelta
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DagsterInstance, evaluate_automation_conditions
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
@@ -99,6 +100,9 @@ def wait_for(what, condition, seconds: float):
     raise AssertionError(f"not within {seconds:.0f} s: {what}")
 
 
+@pytest.mark.soak
+@pytest.mark.xfail(strict=True, reason="open defect: on the daemon's first start the attributes automation sensor "
+                   "launches one attributes run over a caught-up warehouse (seen twice); issue 32 stays open")
 def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_brings_attributes_up_to_date(
     spark, tmp_path
 ):

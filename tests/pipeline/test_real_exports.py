@@ -273,6 +273,8 @@ def test_a_column_whose_type_changes_between_loads_is_refused_in_one_line(tmp_pa
 BROKEN = [
     (["load", "no-such-file.csv"], "No such file: no-such-file.csv"),
     (["load", "events.xlsx"], "Cannot tell the format of events.xlsx"),
+    (["load", "mixed"], "Cannot load mixed: its files must be all CSV, all JSON lines or all Parquet; it holds csv: 1 file(s)"),
+    (["load", "markers"], "Nothing to load in markers: it holds no data file"),
     (["load", "{empty}"], "lacks required column(s) event_id"),
     (["run", "--set", "backfill_limit_days=0"], "backfill_limit_days must be an integer >= 1"),
     (["run"], "No source events table at"),
@@ -291,6 +293,10 @@ def test_a_broken_input_ends_in_one_error_line_naming_it(spark, warehouse, tmp_p
     empty.write_text("a,b\n1,2\n")
     monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", str(tmp_path / "no-source"))
     (tmp_path / "events.xlsx").write_text("")
+    for folder, files in {"mixed": ["a.csv", "b.jsonl"], "markers": ["_SUCCESS", ".a.csv.crc"]}.items():
+        (tmp_path / folder).mkdir()
+        for name in files:
+            (tmp_path / folder / name).write_text(empty.read_text())
     monkeypatch.chdir(tmp_path)
     code = main([arg.format(empty=empty) for arg in args])
     out, err = capsys.readouterr()

@@ -7,6 +7,8 @@ import json
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
@@ -15,7 +17,7 @@ from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.sample.generator import SampleParams, generate_events
 from incremental_assets.lib.sample.stream import events_frame
 from incremental_assets.lib.source.contract import LOAD_DATE, REQUIRED_COLUMNS
-from incremental_assets.lib.source.loader import SourceSchemaError, load_file
+from incremental_assets.lib.source.loader import SourceSchemaError, export_format, load_file
 
 HEADER = [*REQUIRED_COLUMNS, "page_url", "domain_sessionidx", "campaign"]
 ROWS = [
@@ -137,3 +139,110 @@ def test_values_that_are_not_of_their_type_are_named_and_nothing_is_written(spar
     with pytest.raises(SourceSchemaError, match=message):
         load_file(spark, bad, source)
     assert not Path(source).exists()
+
+
+TITLED = [*HEADER, "page_title"]
+TITLED_ROWS = [
+    [*ROWS[0], "Home"],
+    [*ROWS[1], ""],
+    # RFC 4180: a quoted field holds line breaks, commas and quotes (doubled)
+    ["e3", "website", "page_view", "2024-03-01 11:00:00", "2024-03-01 11:00:00", "2024-03-01 11:00:00",
+     "2024-03-01 11:00:00", "2024-03-01 11:01:00", "s2", "u2", "https://www.example.com/shoes", "1", "",
+     'Shoes "on sale"\nsecond line, with a comma'],
+]
+BESIDE_AN_EXPORT = {"_SUCCESS": "", ".part-0.crc": "crc", "part-0.csv.crc": "crc", ".hidden.csv": "not,an,export\n"}
+
+
+def write_export(path: Path, rows: list[list[str]]) -> Path:
+    """Rows of TITLED as a CSV file (the csv module quotes what RFC 4180 asks) or JSON lines."""
+    if path.suffix == ".csv":
+        with path.open("w", newline="") as handle:
+            csv.writer(handle).writerows([TITLED, *rows])
+    else:
+        path.write_text("".join(json.dumps(dict(zip(TITLED, row))) + "\n" for row in rows))
+    return path
+
+
+def rows_of(spark, uri) -> list:
+    return sorted(read(spark, uri).collect(), key=lambda row: row["event_id"])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_folder_of_files_loads_as_one_file_holding_their_rows(spark, source, warehouse, tmp_path, suffix):
+    """Format from the files; what tools write beside an export (markers, hidden files, checksums) is no part of it."""
+    folder = tmp_path / "export"
+    folder.mkdir()
+    for i, row in enumerate(TITLED_ROWS):
+        write_export(folder / f"part-{i}{suffix}", [row])
+    for name, text in BESIDE_AN_EXPORT.items():
+        (folder / name).write_text(text)
+    one_file = write_export(tmp_path / f"all{suffix}", TITLED_ROWS)
+
+    assert load_file(spark, folder, source) == load_file(spark, one_file, f"{warehouse}/from_one_file") == 3
+    assert rows_of(spark, source) == rows_of(spark, f"{warehouse}/from_one_file")
+    assert rows_of(spark, source)[2]["page_title"] == 'Shoes "on sale"\nsecond line, with a comma'
+
+
+def test_a_quoted_field_may_hold_line_breaks_and_doubled_quotes(spark, source, tmp_path):
+    export = write_export(tmp_path / "events.csv", TITLED_ROWS)
+
+    assert load_file(spark, export, source) == 3
+    assert [row["page_title"] for row in rows_of(spark, source)] == ["Home", None, 'Shoes "on sale"\nsecond line, with a comma']
+
+
+MALFORMED = {
+    "a quote left open": ("events.csv", 'e3,website,page_view,"2024-03-01 11:00:00,2024-03-01 11:00:00\n',
+                          r"1 record\(s\) are not CSV: a quote left open, or more or fewer fields than the header; "
+                          r"the first in .*bad\.csv: 'e3,website,page_view,\"2024-03-01 11:00:00"),
+    "a field too few": ("events.csv", "e3,website,page_view\n", r"1 record\(s\) are not CSV: .*the first in .*bad\.csv: 'e3,website,page_view'"),
+    "a JSON line cut short": ("events.jsonl", '{"event_id": "e3", "app_id": \n', r"1 record\(s\) are not JSON objects; the first in .*bad\.jsonl"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_record_is_refused_naming_its_file_and_nothing_is_written(spark, source, tmp_path, case):
+    """The times of a record that does not parse are wrong too: the refusal names the cause alone."""
+    name, bad_record, says = MALFORMED[case]
+    folder = tmp_path / "export"
+    folder.mkdir()
+    good = write_export(folder / name, TITLED_ROWS[:2])
+    bad = write_export(folder / f"bad{good.suffix}", TITLED_ROWS[2:])
+    bad.write_text(bad.read_text() + bad_record)
+
+    with pytest.raises(SourceSchemaError, match=f"^nothing was loaded from {folder}: {says}") as refused:
+        load_file(spark, folder, source)
+    assert "tstamp" not in str(refused.value)
+    assert not Path(source).exists()
+
+
+def test_a_folder_of_one_known_format_is_required(tmp_path):
+    """A folder's format is its files' (Parquet also by its magic number: Hive writes no suffix); a
+    Delta table is a folder with a log. Each refusal names the folder and what it holds."""
+    delta, parquet = tmp_path / "delta", tmp_path / "parquet"
+    (delta / "_delta_log").mkdir(parents=True)
+    (parquet / "load_date=2024-03-01").mkdir(parents=True)
+    table = pa.table({"event_id": ["e1"]})
+    pq.write_table(table, parquet / "load_date=2024-03-01" / "part-0.parquet")
+    pq.write_table(table, parquet / "000000_0")
+    (parquet / "_SUCCESS").write_text("")
+    assert (export_format(str(delta)), export_format(str(parquet))) == ("delta", "parquet")
+
+    mixed, empty, headers = tmp_path / "mixed", tmp_path / "empty", tmp_path / "headers"
+    for folder in (mixed, empty, headers):
+        folder.mkdir()
+        for name, text in BESIDE_AN_EXPORT.items():
+            (folder / name).write_text(text)
+    write_export(mixed / "a.csv", TITLED_ROWS)
+    write_export(mixed / "b.jsonl", TITLED_ROWS)
+    (mixed / "notes.txt").write_text("exported on Monday")
+    write_export(headers / "a.csv", TITLED_ROWS)
+    (headers / "b.csv").write_text("event_id,app_id\ne9,website\n")
+    with pytest.raises(ValueError, match=f"^Cannot load {mixed}: its files must be all CSV, all JSON lines or all Parquet; "
+                                         r"it holds csv: 1 file\(s\), e\.g\. a\.csv; json: 1 file\(s\), e\.g\. b\.jsonl; "
+                                         r"no known format: 1 file\(s\), e\.g\. notes\.txt$"):
+        export_format(str(mixed))
+    with pytest.raises(ValueError, match=f"^Nothing to load in {empty}: it holds no data file"):
+        export_format(str(empty))
+    with pytest.raises(ValueError, match=f"^Cannot load {headers}: its CSV files must share one header, but a.csv has "
+                                         "event_id,.*,page_title and b.csv has event_id,app_id$"):
+        export_format(str(headers))

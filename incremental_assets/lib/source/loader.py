@@ -1,23 +1,25 @@
 """Load a user's export of atomic events into the source Delta table: a CSV, Parquet or JSON-lines
-file, or a Delta or Parquet table (a directory).
+file, a folder of such files (one format), or a Delta table.
 
-A load is all or nothing. The export is read and checked before anything is written:
-its required columns; its times, by one rule for every encoding (`logic.timestamps`: ISO text
-with any offset, timestamps of any unit, epochs whose unit the magnitude tells); values that are
-not of their column's type; extra columns whose type conflicts with the table's. A refused load
-names every problem and leaves the table as it was. Its rows are then classified as a run would
-see them (`logic.arrivals`: behind the cursor, before start_date, in the future) and written in
-one Delta commit.
+A load is all or nothing. The export is read and checked before anything is written: records
+that do not parse (CSV, JSON lines); its required columns; its times, by one rule for every
+encoding (`logic.timestamps`: ISO text with any offset, timestamps of any unit, epochs whose unit
+the magnitude tells); values that are not of their column's type; extra columns whose type
+conflicts with the table's. A refused load names every problem and leaves the table as it was.
+Its rows are then classified as a run would see them (`logic.arrivals`: behind the cursor, before
+start_date, in the future) and written in one Delta commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -34,6 +36,16 @@ from incremental_assets.lib.source.contract import LOAD_DATE, REQUIRED_COLUMNS, 
 from incremental_assets.lib.source.timestamps import EpochUnit, Findings, Plausible, decide, summarise
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
+PARQUET_MAGIC = b"PAR1"  # how a Parquet file begins, suffix or not (Hive and some warehouses write none)
+MALFORMED = "_malformed_record"  # where Spark puts a record it cannot parse, whole
+# CSV as RFC 4180 has it: a quoted field may hold line breaks and doubled quotes (so each file is parsed
+# whole, by one task). Every column is read as text and typed below.
+READ_OPTIONS = {
+    "csv": {"header": True, "multiLine": True, "escape": '"', "columnNameOfCorruptRecord": MALFORMED},
+    "json": {"columnNameOfCorruptRecord": MALFORMED},
+}
+NOT_PARSED = {"csv": "are not CSV: a quote left open, or more or fewer fields than the header",
+              "json": "are not JSON objects"}
 WRITE_MODES = {"append": WriteMode.APPEND, "replace": WriteMode.REPLACE}
 TIME_COLUMNS = [name for name, kind in REQUIRED_COLUMNS.items() if isinstance(kind, T.TimestampType)]
 NUMBER_TEXT = r"^[+-]?[0-9]+([.][0-9]+)?$"
@@ -101,12 +113,12 @@ def load(
     _write_mode(options.mode)  # a wrong mode fails before the file is read
     window = options.window or Plausible.around(date.today(), 0)
     with _session_conf(spark, {NANOS_AS_LONG: "true"}):
-        frame, units = _read(spark, path)
+        kind, frame, units = _read(spark, path)
         missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
         if missing:
             raise SourceSchemaError(f"{path} lacks required column(s) {', '.join(missing)}; it has {', '.join(frame.columns)}")
         stored = _stored_schema(spark, table_uri) if options.mode == "append" else None
-        typed, units, blank_ids = _checked(frame, path, units, options.epoch_unit, window, stored)
+        typed, units, blank_ids = _checked(frame, kind, path, units, options.epoch_unit, window, stored)
         counted = _counted(typed, bounds, cursor)
         result = Load(path, counted["rows"], units, (counted["first_day"], counted["last_day"], counted["days"]),
                       _arrivals(counted), blank_ids)
@@ -140,34 +152,88 @@ def _write_mode(mode: str) -> WriteMode:
 # -- reading ----------------------------------------------------------------------------------------
 
 
-def _read(spark: SparkSession, path: str) -> tuple[DataFrame, dict[str, EpochUnit]]:
-    """The export as Spark reads it (known columns by their canonical names), and the columns whose
-    epoch unit its format states (Parquet's nanosecond timestamps, read as longs)."""
-    kind = export_format(path)
-    reader = spark.read
-    if kind == "csv":
-        # Every column is read as text and typed below; quotes are escaped by doubling (RFC 4180).
-        reader = reader.option("header", True).option("escape", '"')
-    frame = _canonical_names(reader.format(kind).load(path))
+def _read(spark: SparkSession, path: str) -> tuple[str, DataFrame, dict[str, EpochUnit]]:
+    """The export's format, the export as Spark reads it (known columns by their canonical names),
+    and the columns whose epoch unit its format states (Parquet's nanosecond timestamps, read as longs)."""
+    kind, files = _export(path)
+    reader = spark.read.format(kind).options(**READ_OPTIONS.get(kind, {}))
+    if files:  # a folder's files: partition folders (key=value) still give their columns
+        reader = reader.option("basePath", path)
+    source = files or path
+    if kind == "csv":  # the header's columns, and the one a record lands in when it cannot be split into them
+        reader = reader.schema(T.StructType([*reader.load(source).schema, T.StructField(MALFORMED, T.StringType())]))
+    frame = _canonical_names(reader.load(source))
     known = {k.lower(): k for k in frame.columns}
-    units = {known[name.lower()]: EpochUnit.NANOS for name in _parquet_nanos(path)} if kind == "parquet" else {}
-    return frame, {name: unit for name, unit in units.items() if name in TIME_COLUMNS}
+    units = {known[name.lower()]: EpochUnit.NANOS for name in _parquet_nanos(source)} if kind == "parquet" else {}
+    return kind, frame, {name: unit for name, unit in units.items() if name in TIME_COLUMNS}
 
 
 def export_format(path: str) -> str:
     """The export's format (csv, parquet, json, delta), or an error naming why it has none."""
+    return _export(path)[0]
+
+
+def _export(path: str) -> tuple[str, list[str]]:
+    """The export's format, and the files Spark reads when it is a folder of files (none: the path)."""
     local = None if is_uri(path) else Path(path)
     if local is not None and local.is_dir():
-        return "delta" if (local / "_delta_log").is_dir() else "parquet"
+        return ("delta", []) if (local / "_delta_log").is_dir() else _folder(local)
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise ValueError(f"Cannot tell the format of {path}: use one of {', '.join(FORMATS)}, or a Delta or Parquet table")
+        raise ValueError(
+            f"Cannot tell the format of {path}: use one of {', '.join(FORMATS)}, a folder of such files, or a Delta table"
+        )
     if local is not None and not local.exists():
         raise FileNotFoundError(f"No such file: {path}")
-    return FORMATS[suffix]
+    return FORMATS[suffix], []
 
 
-def _parquet_nanos(path: str) -> list[str]:
+def _folder(folder: Path) -> tuple[str, list[str]]:
+    """The one format of a folder's files (partition folders included) and the files; hidden files,
+    markers (_SUCCESS) and checksums (.crc) that tools write beside an export are no part of it."""
+    files = sorted(f for f in folder.rglob("*") if f.is_file() and not _beside_export(f.relative_to(folder)))
+    if not files:
+        raise ValueError(f"Nothing to load in {folder}: it holds no data file (hidden, _SUCCESS and .crc files are not read)")
+    by_format: dict[str | None, list[Path]] = {}
+    for file in files:
+        by_format.setdefault(_file_format(file), []).append(file)
+    if len(by_format) > 1 or None in by_format:
+        found = "; ".join(f"{kind or 'no known format'}: {len(group)} file(s), e.g. {group[0].relative_to(folder)}"
+                          for kind, group in by_format.items())
+        raise ValueError(f"Cannot load {folder}: its files must be all CSV, all JSON lines or all Parquet; it holds {found}")
+    [kind] = by_format
+    if kind == "csv":
+        _one_header(folder, files)
+    return kind, [str(file) for file in files]
+
+
+def _beside_export(relative: Path) -> bool:
+    return relative.suffix == ".crc" or any(part.startswith((".", "_")) for part in relative.parts)
+
+
+def _file_format(file: Path) -> str | None:
+    if file.suffix.lower() in FORMATS:
+        return FORMATS[file.suffix.lower()]
+    with file.open("rb") as handle:
+        return "parquet" if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC else None
+
+
+def _one_header(folder: Path, files: list[Path]) -> None:
+    """Spark splits every CSV file of a folder by the first one's header: refuse a folder whose
+    files have different ones (an empty file has none)."""
+    headers: dict[tuple[str, ...], Path] = {}
+    for file in files:
+        with file.open(newline="", encoding="utf-8-sig", errors="replace") as handle:
+            header = next(csv.reader(handle), None)
+        if header is not None:
+            headers.setdefault(tuple(name.lower() for name in header), file)
+    if len(headers) > 1:
+        (first, one), (second, other) = list(headers.items())[:2]
+        raise ValueError(f"Cannot load {folder}: its CSV files must share one header, but {one.relative_to(folder)} "
+                         f"has {','.join(first)} and {other.relative_to(folder)} has {','.join(second)}")
+
+
+def _parquet_nanos(path: str | list[str]) -> list[str]:
     """The columns a Parquet export stores as nanosecond timestamps, from its footer (none when
     Arrow cannot open the path: the magnitude then tells the unit all the same)."""
     try:
@@ -204,13 +270,17 @@ def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]
 
 
 def _checked(
-    frame: DataFrame, path: str, units: dict[str, EpochUnit], unit: EpochUnit | None, window: Plausible,
+    frame: DataFrame, kind: str, path: str, units: dict[str, EpochUnit], unit: EpochUnit | None, window: Plausible,
     stored: T.StructType | None,
 ) -> tuple[DataFrame, dict[str, EpochUnit], int]:
     """The export typed as the contract (and the stored table) says, the epoch unit of each time
-    column, and the rows without an event_id; or SourceSchemaError naming every problem."""
+    column, and the rows without an event_id; or SourceSchemaError naming every problem. Records
+    that do not parse are the one problem named when there are any: the others follow from them."""
     survey = _Survey(frame, window, stored)
     row = frame.agg(*survey.aggregates).first()
+    malformed = survey.malformed(row, kind)
+    if malformed:
+        raise SourceSchemaError(f"nothing was loaded from {path}: {malformed}")
     decisions = [decide(survey.findings(column, row), window, units.get(column, unit)) for column in TIME_COLUMNS]
     chosen = {d.column: d.unit for d in decisions if d.unit is not None}
     problems = summarise(decisions) + survey.problems(row)
@@ -224,7 +294,7 @@ class _Survey:
 
     def __init__(self, frame: DataFrame, window: Plausible, stored: T.StructType | None):
         self.frame, self.window = frame, window
-        self.extras = [c for c in frame.columns if c not in SAMPLE_SCHEMA.fieldNames() and c != LOAD_DATE]
+        self.extras = [c for c in frame.columns if c not in SAMPLE_SCHEMA.fieldNames() and c not in (LOAD_DATE, MALFORMED)]
         self.typed_text = [  # known non-text, non-time columns that arrive as text
             f for f in SAMPLE_SCHEMA.fields if f.name in frame.columns and f.name not in TIME_COLUMNS
             and not isinstance(f.dataType, T.StringType) and self._kind(f.name) is T.StringType
@@ -235,7 +305,7 @@ class _Survey:
         }
         low, high = window.seconds()
         self.low, self.high = (F.lit(int(b * 1_000_000)) for b in (low, high))  # the window in microseconds
-        self.aggregates = [F.count_if(_blank(F.col("event_id"))).alias("_blank_event_ids")]
+        self.aggregates = [F.count_if(_blank(F.col("event_id"))).alias("_blank_event_ids"), *self._malformed_aggregates()]
         for column in TIME_COLUMNS:
             self.aggregates += self._time_aggregates(column)
         for f in self.typed_text:
@@ -244,6 +314,23 @@ class _Survey:
             self.aggregates.append(F.count(_quoted(name)).alias(f"{name}__present"))
             if self._kind(name) is T.StringType:
                 self.aggregates += _unreadable_aggregates(name, _text(name), kind)
+
+    def _malformed_aggregates(self) -> list[Column]:
+        if MALFORMED not in self.frame.columns:
+            return []
+        bad = F.col(MALFORMED).isNotNull()
+        return [F.count_if(bad).alias("_malformed"),
+                F.first(F.when(bad, F.col(MALFORMED)), ignorenulls=True).alias("_malformed_eg"),
+                F.first(F.when(bad, F.col("_metadata.file_path")), ignorenulls=True).alias("_malformed_file")]
+
+    def malformed(self, row, kind: str) -> str | None:
+        """The records that do not parse: how many, where the first is, and how it begins."""
+        if not row.asDict().get("_malformed"):
+            return None
+        record, uri = row["_malformed_eg"], row["_malformed_file"]
+        file = unquote(urlsplit(uri).path) if uri.startswith("file:") else uri
+        example = repr(record[:80]) + ("..." if len(record) > 80 else "")
+        return f"{row['_malformed']} record(s) {NOT_PARSED[kind]}; the first in {file}: {example}"
 
     def _kind(self, column: str) -> type:
         return type(self.frame.schema[column].dataType)

@@ -5,7 +5,7 @@ from typing import Any
 
 from dagster import Definitions
 
-from incremental_assets.lib.delta.io_manager import DeltaIOManager, RowsHandler, TypeHandler
+from incremental_assets.lib.delta.io_manager import DeltaIOManager, TypeHandler
 from incremental_assets.lib.incremental.batch import BatchHandler
 from incremental_assets.lib.incremental.plan import PlanHandler
 from incremental_assets.lib.settings import IncrementalSettings
@@ -21,7 +21,7 @@ class WarehouseIOManager(DeltaIOManager):
     state: StateStore
 
     def type_handlers(self) -> list[TypeHandler]:
-        return [RowsHandler(), PlanHandler(), BatchHandler()]
+        return [*super().type_handlers(), PlanHandler(), BatchHandler()]
 
     def shown(self, table: str, run_id: str) -> dict[str, Any]:
         shown: dict[str, Any] = {"run_log": as_markdown(self.state.appended_here(run_id))}

@@ -1,9 +1,13 @@
-"""The Delta IO manager on real Delta tables: every write mode, twice, and the refusals."""
+"""The Delta IO manager on real Delta tables: every write mode, twice, and the refusals; an
+ordinary asset's values (pandas, Arrow, anything picklable)."""
 
 
-from datetime import date
+import pickle
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from dagster import (
@@ -15,12 +19,13 @@ from dagster import (
     materialize,
 )
 from deltalake import DeltaTable
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.delta.io_manager import DeltaIOManager
 from incremental_assets.lib.delta.log import UnreadableTableError, table_exists, table_version
 from incremental_assets.lib.delta.read import inserted_rows, read_table
-from incremental_assets.lib.delta.spec import DeltaWriteError, WriteMode, delta_table
+from incremental_assets.lib.delta.spec import DeltaWriteError, Rows, WriteMode, delta_table
 from incremental_assets.lib.delta.write import Txn, WriteRequest, create_with_change_feed, last_commit, write
 
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
@@ -157,15 +162,16 @@ def test_range_write_then_one_day_rewrite(spark, spark_resource, warehouse):
     }
 
 
-def test_partitioned_input_is_filtered_to_its_window(spark, spark_resource, warehouse):
+@pytest.mark.parametrize("kind", [DataFrame, pd.DataFrame], ids=["spark", "pandas"])
+def test_partitioned_input_is_filtered_to_its_window(spark, spark_resource, warehouse, kind):
     tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-03"}
     _run(spark_resource, warehouse, [_daily_asset(spark)], tags=tags)
     seen = {}
 
-    @asset(partitions_def=DAILY, ins={"daily": AssetIn()}, metadata=delta_table("replace_partition", partition_column="event_date"))
-    def downstream(daily):
-        seen["days"] = sorted(str(r.event_date) for r in daily.select("event_date").distinct().collect())
-        return daily
+    @asset(partitions_def=DAILY, ins={"daily": AssetIn()})
+    def downstream(daily: kind):
+        days = daily["event_date"] if kind is pd.DataFrame else [r.event_date for r in daily.select("event_date").collect()]
+        seen["days"] = sorted({str(day) for day in days})
 
     materialize(
         [downstream, _daily_asset(spark).to_source_asset()],
@@ -350,8 +356,8 @@ def test_rows_declared_one_per_key_are_merged_without_the_shuffle_that_checks_th
     fewer Spark jobs: the key check is the only one left out (its result is the same here)."""
     from incremental_assets.lib.delta.spec import TableSpec
 
-    spec = TableSpec.of(delta_table("upsert", keys=["id"], one_row_per_key=True), "keyed")
-    assert spec.one_row_per_key and not TableSpec.of(delta_table("upsert", keys=["id"]), "keyed").one_row_per_key
+    spec = TableSpec.of(delta_table("upsert", keys=["id"], one_row_per_key=True))
+    assert spec.one_row_per_key and not TableSpec.of(delta_table("upsert", keys=["id"])).one_row_per_key
 
     def jobs_of_upsert(uri: str, one_row_per_key: bool) -> int:
         write(spark, spark.createDataFrame([(1, "a")], "id int, value string"), WriteRequest(uri, WriteMode.UPSERT, ["id"]))
@@ -420,3 +426,107 @@ def test_a_commit_by_another_writer_during_a_merge_fails_it_whole_and_the_retry_
     assert _rows(spark, uri, "id") == [(1,), (9,)], "the other writer's row, and nothing of the failed MERGE"
     write(spark, later, WriteRequest(uri, WriteMode.MERGE_INSERT, ["id"], ["d"], one_row_per_key=True))
     assert _rows(spark, uri, "id") == [(1,), (2,), (9,)]
+
+
+def test_an_ordinary_asset_returning_pandas_is_a_delta_table_its_readers_get_as_they_ask(spark, spark_resource, warehouse):
+    """No JVM writes it (deltalake); a reader asks for pandas, Arrow or Spark by its annotation."""
+
+    @asset(metadata=delta_table("replace"))
+    def visits():
+        return spark.createDataFrame([(1, "shop"), (2, "blog"), (3, "shop")], "id int, app_id string")
+
+    @asset
+    def visits_per_app(visits: pd.DataFrame) -> pd.DataFrame:
+        return visits.groupby("app_id", as_index=False).size()
+
+    seen = {}
+
+    def reader(name, kind, rows):
+        @asset(name=name, ins={"value": AssetIn("visits_per_app")})
+        def read(value: kind):  # returns None: stores nothing
+            seen[name] = sorted(rows(value))
+
+        return read
+
+    readers = [reader("as_pandas", pd.DataFrame, lambda frame: frame.itertuples(index=False, name=None)),
+               reader("as_arrow", pa.Table, lambda table: (tuple(row.values()) for row in table.to_pylist())),
+               reader("as_spark", DataFrame, lambda frame: (tuple(row) for row in frame.collect()))]
+    result = _run(spark_resource, warehouse, [visits, visits_per_app, *readers])
+    assert seen == dict.fromkeys(["as_pandas", "as_arrow", "as_spark"], [("blog", 1), ("shop", 2)])
+    meta = _metadata(result, "visits_per_app")
+    assert (meta["dagster/row_count"], meta["dagster/uri"]) == (2, f"{warehouse}/visits_per_app")
+    assert [(c.name, c.type) for c in meta["dagster/column_schema"].columns] == [("app_id", "string"), ("size", "bigint")]
+    assert DeltaTable(f"{warehouse}/visits_per_app").history(1)[0]["engineInfo"].startswith("delta-rs")
+    assert not Path(warehouse, "as_pandas").exists() and not Path(warehouse, "_objects").exists(), "None stores nothing"
+
+
+def test_an_ordinary_asset_returning_a_dict_is_pickled_and_loaded_back_equal(spark_resource, warehouse):
+    value = {"apps": ["shop", "blog"], "days": 3}
+
+    @asset
+    def app_settings():
+        return value
+
+    seen = {}
+
+    @asset
+    def app_count(app_settings):  # no annotation
+        seen["same run"] = app_settings
+        return len(app_settings["apps"])
+
+    meta = _metadata(_run(spark_resource, warehouse, [app_settings, app_count]), "app_settings")
+    stored = Path(warehouse, "_objects", "app_settings")
+    assert meta["path"] == str(stored) and pickle.loads(stored.read_bytes()) == value
+    assert pickle.loads(Path(warehouse, "_objects", "app_count").read_bytes()) == 2
+
+    @asset
+    def later(app_settings: dict):
+        seen["later run"] = app_settings
+
+    _run(spark_resource, warehouse, [later, app_settings.to_source_asset()])
+    assert seen == {"same run": value, "later run": value}
+
+    @asset(name="app_settings", metadata=delta_table("replace"))
+    def declared():
+        return value
+
+    with pytest.raises(DeltaWriteError, match="no handler stores a dict"):
+        materialize([declared], resources={"io_manager": _io(spark_resource, warehouse)})
+
+
+def test_a_partitioned_ordinary_asset_is_pickled_per_partition(spark_resource, warehouse):
+    two_days = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
+
+    @asset(partitions_def=two_days)
+    def per_day(context: AssetExecutionContext):
+        return {"day": context.partition_key}
+
+    for day in ("2024-01-01", "2024-01-02"):
+        _run(spark_resource, warehouse, [per_day], partition_key=day)
+    assert pickle.loads(Path(warehouse, "_objects", "per_day", "2024-01-02").read_bytes()) == {"day": "2024-01-02"}
+    seen = {}
+
+    @asset
+    def every_day(per_day: dict):
+        seen.update(per_day)
+
+    _run(spark_resource, warehouse, [every_day, per_day.to_source_asset()])
+    assert seen == {"2024-01-01": {"day": "2024-01-01"}, "2024-01-02": {"day": "2024-01-02"}}
+
+
+def test_a_run_that_writes_nothing_keeps_the_tables_columns_and_rows(spark, spark_resource, warehouse):
+    """Read from the Delta log, not Spark, with the type names a Spark write shows."""
+    schema = "id int, name string, at timestamp, day date, amount decimal(10,2), tags array<string>, extra map<string,bigint>, point struct<x:double,y:double>"
+    rows = [(1, "a", datetime(2024, 1, 1, 10), date(2024, 1, 1), Decimal("1.50"), ["x"], {"k": 1}, (1.0, 2.0)),
+            (2, "b", datetime(2024, 1, 2, 10), date(2024, 1, 2), Decimal("2.50"), [], {}, (3.0, 4.0))]
+    frames = [spark.createDataFrame(rows, schema), None]
+
+    @asset(metadata=delta_table("upsert", keys=["id"]))
+    def quiet():
+        return Rows(frames.pop(0))
+
+    written = _metadata(_run(spark_resource, warehouse, [quiet]), "quiet")
+    kept = _metadata(_run(spark_resource, warehouse, [quiet]), "quiet")
+    assert kept["written"] is False and "delta_version" not in kept
+    assert kept["dagster/row_count"] == written["dagster/row_count"] == 2
+    assert kept["dagster/column_schema"] == written["dagster/column_schema"]

@@ -2,21 +2,31 @@
 
 As Dagster's DbIOManager does, it builds a table slice (which table, which partition window, which
 write mode, from `delta_table(...)` in the asset's metadata) and hands it, with the value, to the
-handler of the value's type: rows (`DataFrame`, or `Rows` with how to write them this run) here,
-and a run's plan and batch (lib/incremental), given by the project's subclass. It decides nothing
-else: whether a step has anything to write, the lease, the manifests' progress are the assets'
-(and `@incremental_asset`'s). A value a later step of the same run loads (a plan, a batch, a note)
-is loaded as the producing run left it: `context.upstream_output.run_id` says which run that is,
-re-executions included.
+handler of the value's type: rows (`DataFrame`, or `Rows` with how to write them this run) and
+pandas or Arrow tables here, and a run's plan and batch (lib/incremental), given by the project's
+subclass. It decides nothing else: whether a step has anything to write, the lease, the manifests'
+progress are the assets' (and `@incremental_asset`'s). A value a later step of the same run loads
+(a plan, a batch, a note) is loaded as the producing run left it: `context.upstream_output.run_id`
+says which run that is, re-executions included.
+
+An ordinary Dagster asset, one that declares no Delta table, is stored as Dagster users expect: a
+table value replaces the table `<warehouse_root>/<asset name>` whole, any other value is pickled
+by Dagster's own filesystem IO manager under `<warehouse_root>/_objects/` (one file per partition),
+and None stores nothing.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+import deltalake
+import pandas as pd
+import pyarrow as pa
 from dagster import (
     ConfigurableIOManagerFactory,
+    FilesystemIOManager,
     InputContext,
     IOManager,
     MetadataValue,
@@ -27,11 +37,13 @@ from dagster import (
 )
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import noted, row_count
+from incremental_assets.lib.delta.log import noted, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
+    METADATA_KEY,
     DeltaWriteError,
     Rows,
     Stored,
@@ -40,7 +52,15 @@ from incremental_assets.lib.delta.spec import (
     WriteMode,
     partition_window,
 )
-from incremental_assets.lib.delta.write import Txn, WriteRequest, WriteResult, create_with_change_feed, note, write
+from incremental_assets.lib.delta.write import (
+    Txn,
+    WriteRequest,
+    WriteResult,
+    create_with_change_feed,
+    note,
+    replace_with,
+    write,
+)
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.spark import SparkResource
 
@@ -71,7 +91,8 @@ class TypeHandler(Protocol):
 
 class RowsHandler:
     """DataFrames and `Rows`: written in the table's mode (a partitioned asset's window replaced);
-    loaded back whole, or the input's partition window, or `Stored` with the producing step's note."""
+    loaded back whole, or the input's partition window, or `Stored` with the producing step's note.
+    Nothing to write (None) leaves the table, and its columns and rows on the asset's page, as they are."""
 
     stores = (DataFrame, Rows, type(None))
     loads = (DataFrame, Stored)
@@ -86,7 +107,7 @@ class RowsHandler:
                 metadata[MERGE_FLOOR] = rows.merge_floor.isoformat()
             metadata.update(partition_counts(context, rows.frame.sparkSession, table))
         else:
-            metadata["written"] = False
+            metadata.update(written=False, **stored_metadata(context, table.uri))
         if rows.note is not None:
             note(table.uri, table.run_id, rows.note)
         return metadata
@@ -116,8 +137,33 @@ class RowsHandler:
         return frame
 
 
+class ArrowHandler:
+    """pandas DataFrames and Arrow tables, an ordinary asset's: they replace the whole table, by
+    deltalake (no JVM); loaded back as the input's annotation says (a partition window through Spark,
+    which filters it)."""
+
+    stores = loads = (pd.DataFrame, pa.Table)
+
+    def store(self, context: OutputContext, table: TableSlice, value, spark) -> dict[str, Any]:
+        spec = table.spec
+        if spec.write_mode is not WriteMode.REPLACE:
+            raise DeltaWriteError(f"{table.name}: a {type(value).__name__} replaces the whole table; "
+                                  f"return a Spark DataFrame to write it as {spec.write_mode.value}")
+        rows = pa.table(value)
+        result = replace_with(table.uri, rows, spec.partition_by, spec.table_properties(rows.column_names))
+        return {**write_metadata(stored_columns(table.uri), table.uri, result), "dagster/row_count": rows.num_rows}
+
+    def load(self, context: InputContext, table: TableSlice, spark) -> pd.DataFrame | pa.Table:
+        if table.window is None:
+            rows = deltalake.DeltaTable(table.uri).to_pyarrow_table()
+        else:
+            rows = RowsHandler().load(context, table, spark).toArrow()
+        return rows if context.dagster_type.typing_type is pa.Table else rows.to_pandas()
+
+
 class DeltaIOManager(ConfigurableIOManagerFactory):
-    """Stores each asset as the Delta table `<warehouse_root>/<asset name>`. A project adds the
+    """Stores each asset as the Delta table `<warehouse_root>/<asset name>` (an ordinary asset's
+    value that is no table: pickled under `<warehouse_root>/_objects/`). A project adds the
     handlers of its own value types (`type_handlers`) and what the UI shows of each table it
     stores (`shown`: for people, never read back)."""
 
@@ -127,26 +173,37 @@ class DeltaIOManager(ConfigurableIOManagerFactory):
     )
 
     def type_handlers(self) -> list[TypeHandler]:
-        return [RowsHandler()]
+        return [RowsHandler(), ArrowHandler()]
 
     def shown(self, table: str, run_id: str) -> dict[str, Any]:
         return {}
 
+    def root(self) -> str:
+        return self.warehouse_root or warehouse_root()
+
     def create_io_manager(self, context) -> IOManager:
-        return _DeltaIOManager(self)
+        objects = FilesystemIOManager(base_dir=table_uri("_objects", self.root())).create_io_manager(context)
+        return _DeltaIOManager(self, objects)
 
 
 class _DeltaIOManager(IOManager):
-    def __init__(self, config: DeltaIOManager):
+    def __init__(self, config: DeltaIOManager, objects: IOManager):
         self.config = config
         self.handlers = config.type_handlers()
+        self.objects = objects  # Dagster's own pickling IO manager, for an ordinary asset's values
 
     def _spark(self) -> SparkSession:
         return self.config.spark.spark_session
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
-        table = self._slice(context, context.definition_metadata, context.run_id, output=True)
+        declared = METADATA_KEY in context.definition_metadata
+        if obj is None and not declared:
+            return  # an ordinary asset that returned nothing to store
         handler = next((h for h in self.handlers if isinstance(obj, h.stores)), None)
+        if handler is None and not declared:
+            self.objects.handle_output(context, obj)  # no table: pickled, as Dagster's own IO manager does
+            return
+        table = self._slice(context, context.definition_metadata, context.run_id, output=True)
         if handler is None:
             raise DeltaWriteError(f"{table.name}: no handler stores a {type(obj).__name__}")
         stored = handler.store(context, table, obj, self._spark)
@@ -157,16 +214,16 @@ class _DeltaIOManager(IOManager):
         metadata = upstream.definition_metadata if upstream else {}
         table = self._slice(context, metadata, upstream.run_id if upstream else None, output=False)
         kind = context.dagster_type.typing_type
-        untyped = self.handlers[0] if kind in (Any, object) else None  # an input without annotation: rows
-        handler = next((h for h in self.handlers if kind in h.loads), untyped)
-        if handler is None:
-            raise DeltaWriteError(f"{table.name}: no handler loads a {getattr(kind, '__name__', kind)}")
-        return handler.load(context, table, self._spark)
+        handler = next((h for h in self.handlers if kind in h.loads), None)
+        if handler is None and METADATA_KEY not in metadata and not table_exists(table.uri):
+            return self.objects.load_input(context)  # an ordinary asset's value, pickled
+        # an input of no type a handler loads (most often none at all): the table's rows
+        return (handler or self.handlers[0]).load(context, table, self._spark)
 
     def _slice(self, context, definition_metadata, run_id: str | None, output: bool) -> TableSlice:
         name = context.asset_key.path[-1]
-        uri = table_uri(name, self.config.warehouse_root or warehouse_root())
-        spec = TableSpec.of(definition_metadata, name)
+        uri = table_uri(name, self.config.root())
+        spec = TableSpec.of(definition_metadata)
         window = None
         if context.has_asset_partitions and spec.partition_column:
             window = partition_window(spec.partition_column, context.asset_partitions_time_window)
@@ -196,7 +253,28 @@ def write_metadata(columns: list[TableColumn], uri: str, result: WriteResult) ->
 
 
 def frame_columns(frame: DataFrame) -> list[TableColumn]:
-    return [TableColumn(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
+    return schema_columns(frame.schema)
+
+
+def schema_columns(schema: T.StructType) -> list[TableColumn]:
+    return [TableColumn(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def stored_columns(uri: str) -> list[TableColumn] | None:
+    """The stored table's columns, from its log (no JVM; Delta's schema is Spark's JSON, so they read
+    as a Spark write shows them); None when there is no table."""
+    table = stored_table(uri)
+    return None if table is None else schema_columns(T.StructType.fromJson(json.loads(table.schema().to_json())))
+
+
+def stored_metadata(context: OutputContext, uri: str) -> dict[str, Any]:
+    """The stored table's columns, and its rows unless the asset is partitioned (its page counts
+    each partition's own), from its log: a run that writes nothing keeps them on the asset's page."""
+    stored = stored_columns(uri)
+    if stored is None:
+        return {}
+    rows = {} if context.has_asset_partitions else {"dagster/row_count": row_count(uri)}
+    return {"dagster/column_schema": TableSchema(columns=stored), **rows}
 
 
 def partition_counts(context: OutputContext, spark: SparkSession, table: TableSlice) -> dict[str, Any]:

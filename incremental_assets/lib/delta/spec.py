@@ -127,10 +127,11 @@ class TableSpec:
         }
 
     @classmethod
-    def of(cls, definition_metadata: Mapping[str, Any], asset: str) -> "TableSpec":
+    def of(cls, definition_metadata: Mapping[str, Any]) -> "TableSpec":
+        """The declared spec; an ordinary asset, which declares none, has a table replaced whole."""
         raw = definition_metadata.get(METADATA_KEY)
         if raw is None:
-            raise DeltaWriteError(f"Asset {asset} has no '{METADATA_KEY}' metadata: declare it with delta_table(...)")
+            return cls(WriteMode.REPLACE)
         raw = raw.value if isinstance(raw, MetadataValue) else raw
         return cls(
             WriteMode(raw["write_mode"]),

@@ -190,6 +190,15 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     return last_commit(uri)
 
 
+def replace_with(uri: str, rows: pa.Table, partition_by: Sequence[str], properties: Mapping[str, str] | None) -> WriteResult:
+    """Replace the whole table at `uri` with `rows` (an ordinary asset's pandas or Arrow value) by
+    deltalake, no JVM; the table takes their columns, as a Spark replace's does."""
+    deltalake.write_deltalake(
+        uri, rows, mode="overwrite", schema_mode="overwrite", partition_by=list(partition_by) or None, configuration=properties
+    )
+    return WriteResult(last_commit(uri).version, "WRITE", {"numOutputRows": rows.num_rows})
+
+
 def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:
     """Whether the table has no file a MERGE pruned at `floor` would read (the whole table without
     one), from the log's file list: no Spark job."""

@@ -37,9 +37,7 @@ from incremental_assets.lib.catalog import (
     NEW_EVENT_LIMITS,
     known_incremental,
 )
-from deltalake import DeltaTable
-
-from incremental_assets.lib.delta.log import read_rows, snapshot, table_version
+from incremental_assets.lib.delta.log import read_rows, stored_table, table_version
 from incremental_assets.lib.environment import source_table_uri
 from incremental_assets.lib.incremental.days import days_window_tags, requested_day_ranges
 from incremental_assets.lib.incremental.limits import RunState
@@ -96,9 +94,10 @@ def plan_waits(context: SensorEvaluationContext, settings: IncrementalSettings) 
     "none while a change of settings waits for its plan to be applied.",
 )
 def source_events_sensor(context: SensorEvaluationContext, settings: IncrementalSettings):
-    version = table_version(source_table_uri())
-    if version is None:
+    source = stored_table(source_table_uri())
+    if source is None:
         return SkipReason(f"No source table at {source_table_uri()} yet")
+    version = source.version()
     waiting = plan_waits(context, settings)
     if waiting is not None:
         return waiting
@@ -110,7 +109,7 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     behind = waiting_behind_cursor(plans, state.run_log)
     if behind:
         return keyhole_request(behind[0])
-    if version > seen_version(context, plans):
+    if version > seen_version(context, plans, source.metadata().id):
         context.update_cursor(str(version))
         return RunRequest(run_key=f"source-version-{version}")
     catch_up = catch_up_key(context.instance, state, sorted(known_incremental(context)))
@@ -119,10 +118,10 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     return SkipReason(f"Source unchanged since version {version}, and the last run was caught up")
 
 
-def seen_version(context: SensorEvaluationContext, plans: list[dict] | None) -> int:
-    """The newest source version a run has assessed (whoever started it: the command line's runs
-    too) or this sensor has requested a run for; -1: none."""
-    assessed = last_assessed(plans, snapshot(DeltaTable(source_table_uri())).table_id)
+def seen_version(context: SensorEvaluationContext, plans: list[dict] | None, table_id: str) -> int:
+    """The newest version of the source table `table_id` that a run has assessed (whoever started
+    it: the command line's runs too) or this sensor has requested a run for; -1: none."""
+    assessed = last_assessed(plans, table_id)
     return max(int(context.cursor) if context.cursor else -1, assessed.version if assessed else -1)
 
 

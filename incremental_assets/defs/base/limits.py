@@ -5,7 +5,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Mapping
 
-import deltalake
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -22,7 +21,7 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import SparkSession
 
 from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_LIMITS
-from incremental_assets.lib.delta.log import read_rows, snapshot
+from incremental_assets.lib.delta.log import read_rows, snapshot, stored_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import spark_delta_asset
@@ -76,7 +75,7 @@ def plan_run(
     new_event_limits). A warehouse whose runs recorded none (it predates this record, or its source
     table is another one now) starts counting from here: the note says so."""
     decided = RunPlan(limits, run_id, tuple(models), {model: entries[model] for model in models if model in entries})
-    now = snapshot(deltalake.DeltaTable(source))
+    now = snapshot(stored_table(source))  # there: require_processable found it
     since = last_assessed(plans, now.table_id)
     if since is None and any(entry.position for entry in entries.values()):
         return replace(decided, source=now), f"Rows arriving in the source are counted from its version {now.version} on"

@@ -104,10 +104,9 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 
 # attributes follows every change of daily_aggregates, whichever surface made it (a UI backfill,
 # `dagster asset materialize`): the automation sensor (defs/automation.py) requests it once the
-# change is done. A run that writes both (daily_job) needs no other, and the sensor's first tick
-# takes the warehouse as it finds it (the command line's runs kept attributes current).
+# change is done. A run that writes both (daily_job) needs no other.
 AFTER_DAILY_AGGREGATES = (
-    (AutomationCondition.any_deps_updated() & ~AutomationCondition.initial_evaluation()).since_last_handled()
+    AutomationCondition.any_deps_updated().since_last_handled()
     & ~AutomationCondition.any_deps_in_progress()
     & ~AutomationCondition.in_progress()
 ).with_label("daily_aggregates changed")

@@ -39,7 +39,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import noted, row_count, stored_table, table_exists
+from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
@@ -151,11 +151,13 @@ class ArrowHandler:
                                   f"return a Spark DataFrame to write it as {spec.write_mode.value}")
         rows = pa.table(value)
         result = replace_with(table.uri, rows, spec.partition_by, spec.table_properties(rows.column_names))
-        return {**write_metadata(stored_columns(table.uri), table.uri, result), "dagster/row_count": rows.num_rows}
+        columns = stored_columns(stored_table(table.uri))
+        return {**write_metadata(columns, table.uri, result), "dagster/row_count": rows.num_rows}
 
     def load(self, context: InputContext, table: TableSlice, spark) -> pd.DataFrame | pa.Table:
         if table.window is None:
-            rows = deltalake.DeltaTable(table.uri).to_pyarrow_table()
+            with reading(table.uri):
+                rows = stored_table(table.uri).to_pyarrow_table()
         else:
             rows = RowsHandler().load(context, table, spark).toArrow()
         return rows if context.dagster_type.typing_type is pa.Table else rows.to_pandas()
@@ -260,21 +262,20 @@ def schema_columns(schema: T.StructType) -> list[TableColumn]:
     return [TableColumn(f.name, f.dataType.simpleString()) for f in schema.fields]
 
 
-def stored_columns(uri: str) -> list[TableColumn] | None:
-    """The stored table's columns, from its log (no JVM; Delta's schema is Spark's JSON, so they read
-    as a Spark write shows them); None when there is no table."""
-    table = stored_table(uri)
-    return None if table is None else schema_columns(T.StructType.fromJson(json.loads(table.schema().to_json())))
+def stored_columns(table: deltalake.DeltaTable) -> list[TableColumn]:
+    """A stored table's columns, from its log (no JVM; Delta's schema is Spark's JSON, so they read
+    as a Spark write shows them)."""
+    return schema_columns(T.StructType.fromJson(json.loads(table.schema().to_json())))
 
 
 def stored_metadata(context: OutputContext, uri: str) -> dict[str, Any]:
     """The stored table's columns, and its rows unless the asset is partitioned (its page counts
     each partition's own), from its log: a run that writes nothing keeps them on the asset's page."""
-    stored = stored_columns(uri)
-    if stored is None:
+    table = stored_table(uri)
+    if table is None:
         return {}
-    rows = {} if context.has_asset_partitions else {"dagster/row_count": row_count(uri)}
-    return {"dagster/column_schema": TableSchema(columns=stored), **rows}
+    rows = {} if context.has_asset_partitions else {"dagster/row_count": table.count()}
+    return {"dagster/column_schema": TableSchema(columns=stored_columns(table)), **rows}
 
 
 def partition_counts(context: OutputContext, spark: SparkSession, table: TableSlice) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Reading Delta tables without a JVM (deltalake): a table's log, its files and statistics, what
-its commits added since a version, and the rows of small tables (manifests, run records).
+its commits since a version, and the rows of small tables (manifests, run records).
 
 What arrived since a version:
 
-The commit files after that version list the data files each commit added (`add` actions with
-`dataChange` true: a compaction's rewrites are not new rows), with their statistics. Delta keeps
+The commit files after that version list, per commit, the data files it added (with their
+statistics) and removed, whether it changed data (a compaction does not) and its operation
+metrics: lib/source tells rows new to the table from the copies a rewrite commits. Delta keeps
 commit files for `delta.logRetentionDuration` (30 days by default); when the ones needed are gone,
 the files of the current snapshot modified after the version's commit are taken instead.
 
@@ -64,29 +65,13 @@ def snapshot(table: deltalake.DeltaTable) -> Snapshot:
     return Snapshot(table.metadata().id, table.version(), _moment(table.history(1)[0]["timestamp"]))
 
 
-def added_since(uri: str, since: Snapshot | None) -> tuple[Snapshot, list[AddedFile]]:
-    """The table's snapshot now, and the data files added after `since` (every file: None)."""
-    table = _open(uri)
-    now = snapshot(table)
+def _files_written_after(table: deltalake.DeltaTable, since: Snapshot | None) -> list[AddedFile]:
+    """The snapshot's data files (every one: None), or those modified after `since`'s commit: what
+    arrived when the commit files in between are gone."""
     if since is None:
-        return now, _current_files(table)
-    if since.version >= now.version:
-        return now, []
-    commits = _commit_actions(uri, range(since.version + 1, now.version + 1))
-    if commits is None:  # cleaned up: what the snapshot holds that was written after `since`
-        cutoff = (since.committed_at - EPOCH) // timedelta(milliseconds=1)
-        return now, [f for f, written in _current_files(table, with_times=True) if written > cutoff]
-    live = set(data_files(table).column("path").to_pylist())
-    added = [_added(action) for actions in commits for action in actions if "add" in action and action["add"].get("dataChange")]
-    return now, [f for f in added if unquote(f.path) in live]  # not removed again since
-
-
-def read_column(uri: str, files: list[AddedFile], column: str) -> pa.Array:
-    """One column of the given data files (Arrow, no JVM)."""
-    filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
-    paths = [f"{root}/{unquote(f.path)}" for f in files]
-    with reading(uri):
-        return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=[column]).column(column).combine_chunks()
+        return _current_files(table)
+    cutoff = (since.committed_at - EPOCH) // timedelta(milliseconds=1)
+    return [f for f, written in _current_files(table, with_times=True) if written > cutoff]
 
 
 def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
@@ -373,15 +358,15 @@ class Commit:
 
 def commits_since(uri: str, since: Snapshot | None) -> tuple[Snapshot, list[Commit]]:
     """The table's snapshot now, and its commits after `since`, oldest first. Without `since`, or
-    when the commit files needed are gone, one commit adding what `added_since` finds instead: what
-    the commits in between rewrote can no longer be told from what they added."""
+    when the commit files needed are gone, one commit adding the files written after it instead:
+    what the commits in between rewrote can no longer be told from what they added."""
+    table = _open(uri)
+    now = snapshot(table)
     if since is not None:
-        now = snapshot(_open(uri))
         commits = _commit_actions(uri, range(since.version + 1, now.version + 1))
         if commits is not None:
             return now, [_commit(actions) for actions in commits]
-    now, files = added_since(uri, since)
-    return now, [Commit(tuple(files))]
+    return now, [Commit(tuple(_files_written_after(table, since)))]
 
 
 def _commit(actions: list[dict]) -> Commit:

@@ -9,7 +9,6 @@ from urllib.parse import unquote
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -20,9 +19,9 @@ from incremental_assets.lib.delta.log import (
     Snapshot,
     commits_since,
     data_files,
-    read_column,
     read_columns,
     read_removed,
+    stored_table,
 )
 from incremental_assets.lib.source.arrivals import (
     NOTHING_ARRIVED,
@@ -145,16 +144,13 @@ def load_day_problems(table: deltalake.DeltaTable, load_day: str) -> list[str]:
 def require_processable(uri: str, settings: IncrementalSettings) -> None:
     """Raise SourceContractError naming every problem of the source table at `uri`: read from its
     Delta log (no Spark job), before a run decides its window."""
-    try:
-        table = deltalake.DeltaTable(uri)
-        schema = pa.schema(table.schema().to_arrow())
-    except TableNotFoundError:
+    table = stored_table(uri)  # a damaged one: UnreadableTableError, naming the file and the way back
+    if table is None:
         raise SourceContractError(
             f"No source events table at {uri}: load an export (incremental-assets load FILE), generate the "
             "sample (incremental-assets generate), or point INCREMENTAL_ASSETS_SOURCE at your Delta table"
-        ) from None
-    except Exception as error:  # noqa: BLE001 - a corrupted log, storage refusing access: named as the source's
-        raise SourceContractError(f"The source events table at {uri} cannot be read: {error}") from error
+        )
+    schema = pa.schema(table.schema().to_arrow())
     problems = contract_problems(schema, settings) or load_day_problems(table, settings.source_load_date_column)
     if problems:
         raise SourceContractError(f"The source events table at {uri} cannot be processed: " + "; ".join(problems))
@@ -189,7 +185,9 @@ def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, curso
             unread.append(added)
         else:
             judged.append(all_of(added.rows, arrival))
-    read = count_arrow(read_column(uri, unread, cursor), bounds) if unread else NOTHING_ARRIVED
+    read = NOTHING_ARRIVED
+    if unread:
+        read = count_arrow(read_columns(uri, [f.path for f in unread], [cursor]).column(cursor).combine_chunks(), bounds)
     return now, total(judged) + read + _new_rows(uri, mixed, copied, bounds, cursor)
 
 

@@ -24,6 +24,7 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms import checks as C
 from incremental_assets.lib.transforms import sessions as T
 from tests.spark.test_transforms import LIFECYCLE, frame
+from tests.warehouse_tables import built_under
 
 
 def test_stranded_late_events_warn(spark, warehouse):
@@ -234,6 +235,7 @@ def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered
     ])
     write(spark, events, WriteRequest(f"{warehouse}/{FILTERED_EVENTS}", WriteMode.APPEND, partition_by=["event_date"]))
     daily = build_daily_assets(date(2024, 3, 1))
+    built_under(settings)
 
     def reconcile(stored_counts):
         rows = spark.createDataFrame(stored_counts, "attribute_key string, event_date date, events long")

@@ -6,18 +6,9 @@ from deltalake import DeltaTable
 
 from incremental_assets.lib.catalog import INCREMENTAL_JOB
 from incremental_assets.lib.settings import IncrementalSettings
+from tests.warehouse_tables import built_under
 
 SETTINGS = {"settings": IncrementalSettings()}  # the sensors' resource
-
-
-def built_under_current_settings() -> None:
-    """Record every table's fingerprint under the sensors' settings, as a run's lease does."""
-    from incremental_assets.lib.catalog import BUILT_IN_INCREMENTAL
-    from incremental_assets.lib.state.plan import current_fingerprints
-    from incremental_assets.lib.state.store import StateStore
-
-    fingerprints = current_fingerprints(SETTINGS["settings"], dict.fromkeys(BUILT_IN_INCREMENTAL))
-    StateStore().record_fingerprints(fingerprints, "test")
 
 
 def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse):
@@ -48,7 +39,7 @@ def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
     days = [(date(2024, 3, 1), TO_PROCESS), (date(2024, 3, 2), TO_PROCESS), (date(2024, 3, 3), PROCESSED),
             (date(2024, 3, 4), TO_PROCESS)]
     StateStore().save_days([DayStatus(day, status=status) for day, status in days], consumed_version=0)
-    built_under_current_settings()  # else the manifest's rows look built by an earlier release
+    built_under(SETTINGS["settings"])  # else the manifest's rows look built by an earlier release
     requests = daily_partitions_sensor(build_sensor_context(instance=DagsterInstance.ephemeral(), resources=SETTINGS))
     ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]

@@ -76,7 +76,7 @@ def built_under(settings: IncrementalSettings) -> None:
     """Record every table's fingerprint under `settings`, as a run's lease does: tables a test
     plants without a run would otherwise look built by an earlier release."""
     from incremental_assets.lib.catalog import BUILT_IN_INCREMENTAL
-    from incremental_assets.lib.state.plan import current_fingerprints
+    from incremental_assets.lib.state.settings_plan import current_fingerprints
     from incremental_assets.lib.state.store import StateStore
 
     StateStore().record_fingerprints(current_fingerprints(settings, dict.fromkeys(BUILT_IN_INCREMENTAL)), "test")

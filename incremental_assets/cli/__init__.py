@@ -221,7 +221,7 @@ def _backfill(args) -> int:
 
 def _plan(args) -> None:
     from incremental_assets.cli.runner import incremental_of
-    from incremental_assets.lib.state.plan import pending_plan
+    from incremental_assets.lib.state.settings_plan import pending_plan
     from incremental_assets.lib.state.store import StateStore
 
     settings = _settings(args)
@@ -308,7 +308,7 @@ def _load(args) -> int:
 
 def _refresh(args) -> int:
     from incremental_assets.cli.runner import incremental_of, instance_or_default, run_until_caught_up
-    from incremental_assets.lib.operations.refresh import refresh
+    from incremental_assets.lib.upkeep.refresh import refresh
 
     settings = _settings(args)
     for table, rows in refresh(settings, instance_or_default(None), incremental_of(settings)).items():

@@ -16,12 +16,12 @@ from incremental_assets.lib.catalog import FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.log import read_rows, reading, stored_table
 from incremental_assets.lib.incremental.days import arrivals_from_rows, days_to_process
 from incremental_assets.lib.incremental.limits import RunLimits, load_days, run_limits
-from incremental_assets.lib.incremental.plan import plan_table, waiting_behind_cursor
+from incremental_assets.lib.incremental.run_plan import plan_table, waiting_behind_cursor
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Stranded
 from incremental_assets.lib.source.contract import require_processable
 from incremental_assets.lib.state.fingerprints import Plan
-from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.records import TO_PROCESS
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import UTC_TIMESTAMP, aware, utcnow

@@ -27,13 +27,13 @@ from incremental_assets.lib.delta.log import row_count, table_version
 from incremental_assets.lib.incremental.days import day_range, days_window_tags, requested_day_ranges
 from incremental_assets.lib.incremental.limits import next_standard_lower
 from incremental_assets.lib.metadata import materialization_metadata
-from incremental_assets.lib.operations.apply import apply_plan
+from incremental_assets.lib.upkeep.apply import apply_plan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds
 from incremental_assets.lib.source.loader import Load, LoadOptions, load
 from incremental_assets.lib.state.fingerprints import Plan
 from incremental_assets.lib.state.hooks import alive_in
-from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow

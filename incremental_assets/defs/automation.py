@@ -41,10 +41,10 @@ from incremental_assets.lib.delta.log import read_rows, stored_table, table_vers
 from incremental_assets.lib.environment import source_table_uri
 from incremental_assets.lib.incremental.days import days_window_tags, requested_day_ranges
 from incremental_assets.lib.incremental.limits import RunState
-from incremental_assets.lib.incremental.plan import last_assessed, waiting_behind_cursor
+from incremental_assets.lib.incremental.run_plan import last_assessed, waiting_behind_cursor
 from incremental_assets.lib.source.arrivals import Stranded
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 

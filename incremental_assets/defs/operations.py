@@ -20,13 +20,13 @@ from dagster import (
 from incremental_assets.lib.catalog import WAREHOUSE_POOL, known_incremental, maintained_tables
 from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.metadata import markdown_table
-from incremental_assets.lib.operations.apply import apply_plan
-from incremental_assets.lib.operations.maintenance import maintain
-from incremental_assets.lib.operations.refresh import RefreshNotAllowed, refresh
+from incremental_assets.lib.upkeep.apply import apply_plan
+from incremental_assets.lib.upkeep.maintenance import maintain
+from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.hooks import alive_in, record_failed
-from incremental_assets.lib.state.plan import pending_plan
+from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow

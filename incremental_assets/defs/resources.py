@@ -7,7 +7,7 @@ from dagster import Definitions
 
 from incremental_assets.lib.delta.io_manager import DeltaIOManager, TypeHandler
 from incremental_assets.lib.incremental.batch import BatchHandler
-from incremental_assets.lib.incremental.plan import PlanHandler
+from incremental_assets.lib.incremental.run_plan import PlanHandler
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.hooks import as_markdown

@@ -3,7 +3,7 @@ owners the UI shows, the run-log hooks that close its records, and the one-write
 queue limits. The project's jobs, Dagster's own asset job (a UI materialization or backfill,
 `dagster asset materialize`), sensors and declarative automation all run the same definitions, so
 they obey the same contract (the lease itself is taken by a run's first writer:
-lib/state/plan.py::start_writing)."""
+lib/state/settings_plan.py::start_writing)."""
 
 from dagster import asset, multi_asset
 

@@ -9,7 +9,7 @@ from incremental_assets.defs.incremental.filtered_events import filtered_events
 from incremental_assets.defs.incremental.sessions import sessions
 from incremental_assets.lib.incremental.batch import Found, RunBatch
 from incremental_assets.lib.incremental.limits import RunLimits, RunState
-from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore

@@ -10,7 +10,11 @@ from pyspark.sql import functions as F
 from incremental_assets.definitions import freshness_checks
 from incremental_assets.defs.base.sessions import sessions_unique_and_within_cap
 from incremental_assets.defs.daily.manifest import late_events_stranded_beyond_horizon
-from incremental_assets.defs.incremental.filtered_events import filtered_events_checks, manifest_consistent_with_tables
+from incremental_assets.defs.incremental.filtered_events import (
+    event_id_unique,
+    events_within_session_cap,
+    manifest_consistent_with_tables,
+)
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, FILTERED_EVENTS
 from incremental_assets.lib.catalog import LIFECYCLE as LIFECYCLE_NAME
 from incremental_assets.lib.delta.log import stored_max
@@ -21,7 +25,7 @@ from incremental_assets.lib.incremental.limits import BatchStats, Cursor, RunLim
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.records import BEYOND_HORIZON, PROCESSED, DayStatus
 from incremental_assets.lib.state.store import StateStore
-from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 from tests.spark.test_transforms import LIFECYCLE, frame
 from tests.warehouse_tables import built_under
@@ -47,7 +51,7 @@ def _t(text: str) -> datetime:
 
 def test_duplicated_names_each_key_held_twice(spark):
     rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
-    assert sorted(tuple(r) for r in C.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
+    assert sorted(tuple(r) for r in V.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
 
 
 @pytest.mark.parametrize("every_hash_shared", [False, True])
@@ -57,8 +61,8 @@ def test_duplicated_event_ids_count_by_id_what_their_hashes_flag(spark, monkeypa
     if every_hash_shared:
         monkeypatch.setattr(F, "xxhash64", lambda *columns: F.lit(7).cast("long"))
     rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
-    assert sorted(tuple(r) for r in C.duplicated_event_ids(rows).collect()) == [("b", 2), ("c", 3)]
-    assert C.duplicated_event_ids(rows.distinct()).collect() == []
+    assert sorted(tuple(r) for r in V.duplicated_event_ids(rows).collect()) == [("b", 2), ("c", 3)]
+    assert V.duplicated_event_ids(rows.distinct()).collect() == []
 
 
 def test_lifecycle_violations_find_each_broken_rule(spark):
@@ -70,7 +74,7 @@ def test_lifecycle_violations_find_each_broken_rule(spark):
         ("too_long", "u", _t("01 00:00"), _t("04 00:00:01")),  # a second past the cap
         ("no_end", "u", _t("01 00:00"), None),
     ])
-    found = {(r.session_identifier, r.problem) for r in C.lifecycle_violations(lifecycle, 3).collect()}
+    found = {(r.session_identifier, r.problem) for r in V.lifecycle_violations(lifecycle, 3).collect()}
     assert found == {
         ("twice", "stored more than once"), ("backwards", "start after end"),
         ("too_long", "end beyond start + max_session_days"), ("no_end", "missing start or end"),
@@ -84,7 +88,7 @@ def test_events_beyond_cap_are_outside_their_session_span(spark):
         ("past_cap", "S1", _t("04 00:00:01")), ("before_start", "S1", _t("01 00:00") - timedelta(seconds=1)),
         ("orphan", "S9", _t("02 00:00")),
     ])
-    assert {r.event_id for r in C.events_beyond_cap(events, lifecycle, "load_tstamp", 3).collect()} == {
+    assert {r.event_id for r in V.events_beyond_cap(events, lifecycle, "load_tstamp", 3).collect()} == {
         "past_cap", "before_start", "orphan"
     }
 
@@ -143,8 +147,11 @@ def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_dupli
 
 
 def _checked(context, spark_resource) -> dict:
-    results = filtered_events_checks(context, spark=spark_resource, settings=IncrementalSettings(session_timestamp="load_tstamp"))
-    return {result.check_name: result for result in results}
+    settings = IncrementalSettings(session_timestamp="load_tstamp")
+    return {
+        "event_id_unique": event_id_unique(context, spark=spark_resource),
+        "events_within_session_cap": events_within_session_cap(context, spark=spark_resource, settings=settings),
+    }
 
 
 def test_lifecycle_check_reads_from_the_write_floor_on(spark, spark_resource, warehouse):

@@ -22,7 +22,7 @@ from incremental_assets.lib.catalog import ATOMIC_EVENTS, DAILY_MANIFEST, FINGER
 from incremental_assets.lib.delta.log import UnreadableTableError
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import REQUIRED_COLUMNS
-from incremental_assets.lib.state.plan import current_fingerprints
+from incremental_assets.lib.state.settings_plan import current_fingerprints
 from incremental_assets.lib.state.records import DayStatus, ManifestEntry
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore

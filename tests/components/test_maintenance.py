@@ -12,7 +12,7 @@ from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, create_with_change_feed, write
-from incremental_assets.lib.operations.maintenance import maintain, oldest_unread_change
+from incremental_assets.lib.upkeep.maintenance import maintain, oldest_unread_change
 from incremental_assets.lib.settings import IncrementalSettings, SettingsError
 from incremental_assets.lib.state.records import DayStatus
 from incremental_assets.lib.state.store import StateStore

@@ -14,7 +14,7 @@ from incremental_assets.defs.operations import refresh_job
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import refreshed_tables
 from incremental_assets.lib.delta.read import read_table
-from incremental_assets.lib.operations.refresh import RefreshNotAllowed, refresh
+from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.settings import IncrementalSettings

@@ -150,7 +150,7 @@ def assessed_by(run_id: str, limits, arrivals=None) -> None:
     from incremental_assets.lib.delta.log import snapshot
     from incremental_assets.lib.delta.write import Txn, append_rows
     from incremental_assets.lib.environment import source_table_uri, table_uri
-    from incremental_assets.lib.incremental.plan import RunPlan, plan_table
+    from incremental_assets.lib.incremental.run_plan import RunPlan, plan_table
     from incremental_assets.lib.source.arrivals import NOTHING_ARRIVED
 
     plan = RunPlan(limits, run_id, source=snapshot(DeltaTable(source_table_uri())), arrivals=arrivals or NOTHING_ARRIVED)

@@ -21,7 +21,7 @@ from incremental_assets.cli.runner import apply_changes, process_marked_days, ru
 from incremental_assets.lib.attributes import SAMPLE_ATTRIBUTES
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import read_table
-from incremental_assets.lib.operations.refresh import refresh
+from incremental_assets.lib.upkeep.refresh import refresh
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.store import StateStore

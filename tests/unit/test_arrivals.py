@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from incremental_assets.lib.incremental.limits import RunLimits, RunState
-from incremental_assets.lib.incremental.plan import run_arrival_bounds
+from incremental_assets.lib.incremental.run_plan import run_arrival_bounds
 from incremental_assets.lib.source.arrivals import (
     Arrival,
     ArrivalBounds,

@@ -27,11 +27,11 @@ from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.asset import incremental_models_in_run
 from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
-from incremental_assets.lib.incremental.plan import RunPlan, last_assessed, run_arrival_bounds, waiting_behind_cursor
+from incremental_assets.lib.incremental.run_plan import RunPlan, last_assessed, run_arrival_bounds, waiting_behind_cursor
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import SourceContractError, arrived_since, require_processable
 from incremental_assets.lib.spark import SparkResource
-from incremental_assets.lib.state.plan import start_writing
+from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms.sessions import session_id, user_id

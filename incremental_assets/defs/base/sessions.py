@@ -25,12 +25,12 @@ from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_t
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset
 from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBatch, WindowRows
-from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import with_optional_columns
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
-from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
@@ -147,7 +147,7 @@ def sessions_unique_and_within_cap(
     floor = write.get(MERGE_FLOOR)
     if floor:
         lifecycle = lifecycle.where(F.col("start_date") >= F.lit(date.fromisoformat(floor)))
-    violations = C.lifecycle_violations(lifecycle, settings.max_session_days)
+    violations = V.lifecycle_violations(lifecycle, settings.max_session_days)
     return from_offending_rows(violations, "lifecycle rows breaking a rule", f"start_date >= {floor or 'any'}")
 
 

@@ -30,9 +30,9 @@ from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
-from incremental_assets.lib.state.plan import start_writing
+from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore, run_of
-from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms.daily import attributes_from_daily, daily_partials
 from incremental_assets.lib.utc import utcnow
 
@@ -133,7 +133,7 @@ def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkR
     if write is None:
         return nothing_written()
     keys = read_table(spark.spark_session, write["dagster/uri"]).select("attribute_key")
-    return from_offending_rows(C.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
+    return from_offending_rows(V.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
 
 
 def defs(settings: IncrementalSettings) -> Definitions:

@@ -18,7 +18,7 @@ from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import inserted_rows
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import days_to_process, stranded
-from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource

@@ -1,18 +1,15 @@
 """filtered_events: the persistent, deduplicated, session-complete event table."""
 
 from datetime import datetime
-from typing import Iterator
 
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     Definitions,
     MetadataValue,
     Output,
     asset_check,
-    multi_asset_check,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -29,7 +26,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 from incremental_assets.lib.state.store import StateStore
-from incremental_assets.lib.transforms import checks as C
+from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.utc import naive
 
 
@@ -81,45 +78,43 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     return Output(Rows(rows, merge_floor=floor, rows_at_most=counts["offered"]), metadata=metadata)
 
 
-EVENT_ID_UNIQUE = AssetCheckSpec(
-    "event_id_unique",
+@asset_check(
     asset=FILTERED_EVENTS,
     blocking=True,
     description="No event stored twice: every event_id in the days the latest write inserted into is held by "
     "one row there (across the upsert lookback, the MERGE itself refuses a second copy).",
 )
-WITHIN_SESSION_CAP = AssetCheckSpec(
-    "events_within_session_cap",
+def event_id_unique(context: AssetCheckExecutionContext, spark: SparkResource) -> AssetCheckResult:
+    """The days the latest write inserted into come from its commit's files in the log; every id of
+    those days is counted, not only the inserted ones: one aggregation, no join with the inserts."""
+    write = latest_write(context, FILTERED_EVENTS)
+    if write is None:
+        return nothing_written()
+    uri, version = write["dagster/uri"], write["delta_version"]
+    days = partitions_added(uri, version, "event_date")
+    ids = read_table(spark.spark_session, uri).where(F.col("event_date").isin(days)).select("event_id")
+    scope = f"every id in the {len(days)} day(s) version {version} inserted into"
+    return from_offending_rows(V.duplicated_event_ids(ids), "event_ids stored more than once", scope)
+
+
+@asset_check(
     asset=FILTERED_EVENTS,
     blocking=True,
     description="No event beyond its session's cap: each event the latest write inserted lies within "
     "[start, start + max_session_days] of its session in the lifecycle manifest.",
 )
-
-
-@multi_asset_check(specs=[EVENT_ID_UNIQUE, WITHIN_SESSION_CAP], name="filtered_events_checks")
-def filtered_events_checks(
+def events_within_session_cap(
     context: AssetCheckExecutionContext, spark: SparkResource, settings: IncrementalSettings
-) -> Iterator[AssetCheckResult]:
-    """The days the latest write inserted into come from its commit's files in the log; the rows it
-    inserted (its change feed) are read once, by the second check."""
+) -> AssetCheckResult:
+    """The rows the latest write inserted, from its change feed."""
     write = latest_write(context, FILTERED_EVENTS)
     if write is None:
-        yield from (nothing_written(spec.name) for spec in (EVENT_ID_UNIQUE, WITHIN_SESSION_CAP))
-        return
-    session, uri, version = spark.spark_session, write["dagster/uri"], write["delta_version"]
-    days = partitions_added(uri, version, "event_date")
-    # Every id of those days, not only the inserted ones: one aggregation, no join with the inserts.
-    ids = read_table(session, uri).where(F.col("event_date").isin(days)).select("event_id")
-    scope = f"every id in the {len(days)} day(s) version {version} inserted into"
-    yield from_offending_rows(C.duplicated_event_ids(ids), "event_ids stored more than once", scope, EVENT_ID_UNIQUE.name)
-
-    ts = settings.session_timestamp
-    inserted = inserted_rows(session, uri, version).select("event_id", "session_identifier", ts)
+        return nothing_written()
+    session, ts = spark.spark_session, settings.session_timestamp
+    inserted = inserted_rows(session, write["dagster/uri"], write["delta_version"]).select("event_id", "session_identifier", ts)
     lifecycle = read_table(session, table_uri(LIFECYCLE))
-    beyond = C.events_beyond_cap(inserted, lifecycle, ts, settings.max_session_days)
-    scope = f"rows inserted by version {version}"
-    yield from_offending_rows(beyond, "events outside their session's span", scope, WITHIN_SESSION_CAP.name)
+    beyond = V.events_beyond_cap(inserted, lifecycle, ts, settings.max_session_days)
+    return from_offending_rows(beyond, "events outside their session's span", f"rows inserted by version {write['delta_version']}")
 
 
 @asset_check(
@@ -153,4 +148,4 @@ def _to_the_millisecond(moment: datetime) -> datetime:
 
 
 def defs(settings: IncrementalSettings) -> Definitions:
-    return Definitions(assets=[filtered_events], asset_checks=[filtered_events_checks, manifest_consistent_with_tables])
+    return Definitions(assets=[filtered_events], asset_checks=[event_id_unique, events_within_session_cap, manifest_consistent_with_tables])

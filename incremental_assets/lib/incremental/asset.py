@@ -36,7 +36,7 @@ from incremental_assets.lib.catalog import EVENTS_THIS_RUN, INCREMENTAL_GROUP, I
 from incremental_assets.lib.delta.spec import Rows, delta_table
 from incremental_assets.lib.incremental.batch import RunBatch
 from incremental_assets.lib.incremental.limits import Cursor
-from incremental_assets.lib.incremental.plan import RunPlan
+from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore, run_of

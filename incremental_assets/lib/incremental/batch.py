@@ -22,7 +22,7 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.delta.write import note
 from incremental_assets.lib.incremental.limits import BatchStats, RunLimits, RunState
-from incremental_assets.lib.incremental.plan import limits_metadata, own_run_only
+from incremental_assets.lib.incremental.run_plan import limits_metadata, own_run_only
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 
 

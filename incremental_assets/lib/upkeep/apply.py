@@ -1,4 +1,4 @@
-"""Carrying out the plan of a settings change (see lib/state/plan.py), under the run log's lease.
+"""Carrying out the plan of a settings change (see lib/state/settings_plan.py), under the run log's lease.
 
 Applying it empties the tables it rebuilds (the runs that follow rebuild them from start_date: an
 incremental asset by the manifest's "new model" backfill, the daily layer by its days marked

@@ -2,7 +2,7 @@
 settings and definitions its content depends on (lib/state/fingerprints.py), recorded by the
 state store when it was built. A run whose settings give another fingerprint for any table is
 refused before it writes, with the plan; `incremental-assets apply` or `apply_plan_job` carries it
-out (lib/operations/apply.py).
+out (lib/upkeep/apply.py).
 """
 
 from __future__ import annotations

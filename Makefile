@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test soak bench bench-maintenance ui clean
+.PHONY: setup demo test soak bench bench-maintenance bench-process ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -43,6 +43,11 @@ bench: setup
 # (benchmarks/results/maintenance.json).
 bench-maintenance: setup
 	$(BIN)/python benchmarks/maintenance.py --runs 50
+
+# One-hour runs as whole processes on 7 and 60 days of history, and where their seconds go
+# (benchmarks/results/process.json; make bench adds it to results.md).
+bench-process: setup
+	$(BIN)/python benchmarks/process.py --histories 7 60 --reps 3
 
 # Not part of make test: the batching property searched longer (hypothesis' soak profile), and the
 # crash matrix (tests/soak/, a process per failure).

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/report.py [results.json] [--out benchmarks/]
 
 bench.py calls write_report after every bench; run this alone to render a results.json again.
-Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`) when it is there.
+Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`) and the
+whole-process runs (benchmarks/results/process.json, `make bench-process`) when they are there.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import matplotlib.pyplot as plt
 matplotlib.use("Agg")  # PNG files, no display
 HERE = Path(__file__).parent
 MAINTENANCE = HERE / "results" / "maintenance.json"
+PROCESS = HERE / "results" / "process.json"
 TOP = 5  # rows of a "where the time goes" table
 
 # The project's performance targets, marked met or not beside each figure.
+PROCESS_RUN_MAX_SECONDS = 10.0
+PROCESS_HISTORY_MAX_RATIO = 1.2
 EMPTY_RUN_MAX_SECONDS = 1.0
 BIG_WINDOW_MAX_RATIO_TO_FLOOR = 3.0
 BACKFILL_MIN_EVENTS_PER_SECOND = 75_000
@@ -175,8 +179,48 @@ def markdown(results: dict, command: str) -> list[str]:
         "A cold Spark start with Delta in a fresh process: the floor under every run in its own process.",
         [("cold Spark start with Delta", s(results["spark_start_seconds"]), "")],
     )
+    if PROCESS.exists():
+        lines.extend(whole_process(json.loads(PROCESS.read_text())))
     if MAINTENANCE.exists():
         lines.extend(maintenance(json.loads(MAINTENANCE.read_text())))
+    return lines
+
+
+def whole_process(p: dict) -> list[str]:
+    """One-hour runs as whole processes, and where the median run's seconds went."""
+    histories = p["one_hour_run_whole_process"]
+    command = f".venv/bin/python benchmarks/process.py --events-per-day {p['events_per_day']} --histories " + " ".join(
+        name.removesuffix("_days") for name in histories)
+    ratio_key = next(key for key in p if key.startswith("ratio_"))
+    rows = [(f"one-hour run as a process, {name.replace('_', ' ')} of history",
+             runs(h["median_seconds"], h["seconds"]),
+             target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS))
+            for name, h in histories.items()]
+    rows.append((ratio_key.removeprefix("ratio_").replace("_to_", " / ").replace("_", " "), f"{p[ratio_key]:.2f}x",
+                 target(f"{PROCESS_HISTORY_MAX_RATIO:g}x or less", p[ratio_key] <= PROCESS_HISTORY_MAX_RATIO)))
+    lines = [
+        "## A run as a whole process",
+        "",
+        (f"`incremental-assets run` over one new hour of loads ({p['events_per_day']:,} events a day), timed from outside: "
+         "what a schedule tick or the daemon's run launcher pays, since each run is a fresh process. "
+         f"Command: `{command}`."),
+        "",
+        "| figure | value | target |",
+        "|---|---|---|",
+        *(f"| {figure} | {value} | {goal} |" for figure, value, goal in rows),
+        "",
+    ]
+    for name, h in histories.items():
+        run = h["median_run"]
+        lines.extend([f"Where the median run's seconds go, {name.replace('_', ' ')} of history "
+                      f"({run['seconds']:.2f} s; Spark's jobs {run['spark_jobs_seconds']:.2f} s in {run['spark_jobs']}, "
+                      f"of which Delta's log and file listing {run['delta_log_jobs_seconds']:.2f} s):", "",
+                      "| phase | seconds |", "|---|---|"])
+        lines.extend(f"| {phase} | {seconds:.2f} |" for phase, seconds in run["phases"])
+        steps = sorted(step_names(run["incremental_job steps"]).items(), key=lambda item: -item[1])[:TOP]
+        lines.extend(["", "Its incremental job's slowest steps:", "", "| step | seconds |", "|---|---|"])
+        lines.extend(f"| {step} | {seconds:.2f} |" for step, seconds in steps)
+        lines.append("")
     return lines
 
 

@@ -15,8 +15,10 @@ from incremental_assets.lib import environment
 
 def entry() -> None:
     """The console script. Spark's own log goes to a file beside the run's event stream."""
+    from incremental_assets.lib import timings
     from incremental_assets.lib.spark import JVM_LOG_ENV
 
+    timings.mark("interpreter and the command line")
     os.environ.setdefault(JVM_LOG_ENV, str(environment.dagster_home() / "logs" / "spark.log"))
     leave(main())
 
@@ -25,12 +27,17 @@ def leave(code: int) -> NoReturn:
     """Stop the Spark session and exit with `code`, without Python's final teardown, in which native
     thread pools (Arrow's, under deltalake and pyarrow) now and then abort a finished, successful
     process with "terminate called without an active exception" and a non-zero status."""
+    from incremental_assets.lib import timings
+
     if "pyspark.sql" in sys.modules:
         from pyspark.sql import SparkSession
 
         session = SparkSession.getActiveSession()
         if session is not None:
+            timings.spark_jobs(session)
             session.stop()
+    timings.mark("exit")
+    timings.write()
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
@@ -179,8 +186,11 @@ def _settings(args):
 
 def _run(args) -> int:
     from incremental_assets.cli.runner import run_incremental, run_until_caught_up
+    from incremental_assets.lib import timings
 
+    timings.mark("imports")
     settings = _settings(args)
+    timings.mark("settings")
     if (args.lower is None) != (args.upper is None):
         raise ValueError("a keyhole backfill needs both --lower and --upper")
     if args.until_caught_up:

@@ -11,7 +11,7 @@ from uuid import uuid4
 
 from dagster import AssetKey, AssetMaterialization, DagsterInstance
 
-from incremental_assets.lib import environment
+from incremental_assets.lib import environment, timings
 from incremental_assets.lib.catalog import (
     ATOMIC_EVENTS,
     DAILY_JOB,
@@ -132,6 +132,7 @@ def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
         instance.get_runs(limit=1)
         instance.get_latest_materialization_event(AssetKey("none"))
         instance.all_instigator_state()
+    timings.mark("dagster instance")
     return instance
 
 
@@ -159,9 +160,10 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
     log_file.parent.mkdir(parents=True, exist_ok=True)
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
-    result = build_definitions(settings).resolve_job_def(job_name).execute_in_process(
-        run_config=config, instance=instance, raise_on_error=False, tags=tags
-    )
+    job = build_definitions(settings).resolve_job_def(job_name)
+    timings.mark(f"{job_name}: definitions")
+    result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False, tags=tags)
+    timings.mark(f"{job_name}: run")
     if not result.success:  # steps skipped after a failure have no hook to close their records
         StateStore().close_open(result.run_id, "the run failed before this asset was written")
     metadata = {}
@@ -169,6 +171,7 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
         values = materialization_metadata(event.materialization)
         metadata.setdefault(event.asset_key.path[-1], {}).update(values)
     steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
+    timings.detail(f"{job_name} steps", {step: round(seconds, 3) for step, seconds in steps.items()})
     errors = [_root_cause(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
     return RunSummary(result.run_id, result.success, metadata, step_seconds=steps, error=errors[0] if errors else None)
 

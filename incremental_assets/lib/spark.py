@@ -22,6 +22,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 from pyspark.sql import SparkSession
 
+from incremental_assets.lib import timings
 from incremental_assets.lib.environment import jar_cache_dir
 
 # delta-spark_2.13 4.0.x is built against Spark 4.0 (pyproject pins the matching pyspark); other
@@ -216,8 +217,13 @@ def build_spark_session(
         sql_conf[SHUFFLE_PARTITIONS] = str(shuffle_partitions)
     for key, value in {**sql_conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
+    cold = SparkSession.getActiveSession() is None
+    if cold:
+        timings.mark("until the first Spark step")
     with _jvm_stderr_to(None if remote else os.environ.get(JVM_LOG_ENV)):
         session = builder.getOrCreate()
+    if cold:
+        timings.mark("JVM, jars and Spark session")
     if not remote:
         session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
         # Two per core of the cluster: every core busy on a big stage, which adaptive execution

@@ -1,0 +1,114 @@
+"""A run as a whole process: what a schedule tick or the daemon's run launcher pays, since each
+run is a fresh process. Each history gets its own warehouse, settings and Dagster home; its days
+are processed first, then each repetition appends one hour of loads and times
+`incremental-assets run` from the outside, with the process's own account of where its seconds
+went (INCREMENTAL_ASSETS_TIMINGS: interpreter, imports, instance, definitions, JVM, steps, Spark's
+jobs, exit). Histories are measured in turn, repetition by repetition, so that a drift of the
+machine's speed reaches them alike.
+
+    .venv/bin/python benchmarks/process.py [--events-per-day N] [--histories 7 60] [--reps 3]
+
+Writes benchmarks/results/process.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+from measure import RESULTS
+
+CLI = str(Path(sys.executable).parent / "incremental-assets")
+SETUP = """
+import sys
+from datetime import date
+from incremental_assets.cli.runner import run_until_caught_up
+from incremental_assets.lib import environment
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import generate_stream
+from incremental_assets.lib.settings import load_settings
+from incremental_assets.lib.spark import build_spark_session
+
+days, per_day, start = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sys.argv[3])
+params = SampleParams(users=max(40, per_day // 50), days=days + 10, events_per_day=per_day, start_date=start, seed=11)
+generate_stream(build_spark_session(), environment.table_uri(environment.ATOMIC_EVENTS), params, hours=days * 24)
+assert all(run.success for run in run_until_caught_up(load_settings(), report=lambda line: None))
+"""
+
+
+def history(root: Path, days: int, events_per_day: int) -> dict[str, str]:
+    """A warehouse holding `days` days of processed history (loads ending two days ago, so the
+    hours appended later lie in the past); the environment its commands run in."""
+    start = date.today() - timedelta(days=days + 2)
+    place = root / f"history-{days}"
+    place.mkdir(parents=True)
+    (place / "settings.yaml").write_text(f"start_date: '{start}'\nbackfill_limit_days: 400\n")
+    env = {
+        **os.environ,
+        "INCREMENTAL_ASSETS_WAREHOUSE": str(place / "warehouse"),
+        "INCREMENTAL_ASSETS_CONFIG": str(place / "settings.yaml"),
+        "DAGSTER_HOME": str(place / "dagster_home"),
+    }
+    env.pop("INCREMENTAL_ASSETS_SOURCE", None)
+    subprocess.run([sys.executable, "-c", SETUP, str(days), str(events_per_day), str(start)], env=env, check=True)
+    return env
+
+
+def one_hour_run(env: dict[str, str], timings: Path) -> dict:
+    """One more hour of loads, then `incremental-assets run` timed as a whole process."""
+    subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
+    started = time.perf_counter()
+    done = subprocess.run([CLI, "run"], env={**env, "INCREMENTAL_ASSETS_TIMINGS": str(timings)},
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"run failed:\n{done.stdout}\n{done.stderr}")
+    return {"seconds": round(seconds, 2), "said": done.stdout.splitlines()[0], **json.loads(timings.read_text())}
+
+
+def summary(runs: list[dict]) -> dict:
+    """The median run's figures, and every run's seconds."""
+    ordered = sorted(runs, key=lambda run: run["seconds"])
+    return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 2),
+            "seconds": [r["seconds"] for r in runs], "median_run": ordered[len(ordered) // 2]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events-per-day", type=int, default=20_000)
+    parser.add_argument("--histories", type=int, nargs="+", default=[7, 60])
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-process-") as tmp:
+        root = Path(tmp)
+        envs = {days: history(root, days, args.events_per_day) for days in args.histories}
+        runs: dict[int, list[dict]] = {days: [] for days in args.histories}
+        for rep in range(args.reps):
+            for days, env in envs.items():
+                runs[days].append(one_hour_run(env, root / f"timings-{days}-{rep}.json"))
+    first, last = args.histories[0], args.histories[-1]
+    results = {
+        "events_per_day": args.events_per_day,
+        "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in runs.items()},
+    }
+    medians = results["one_hour_run_whole_process"]
+    results[f"ratio_{last}_to_{first}_days"] = round(
+        medians[f"{last}_days"]["median_seconds"] / medians[f"{first}_days"]["median_seconds"], 2)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "process.json").write_text(json.dumps(results, indent=1) + "\n")
+    for days, figures in results["one_hour_run_whole_process"].items():
+        print(f"{days}: {figures['median_seconds']} s (runs {figures['seconds']})")
+        for phase, seconds in figures["median_run"]["phases"]:
+            print(f"  {phase:<40}{seconds:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Where a process's seconds go, for the bench (benchmarks/process.py): with
+INCREMENTAL_ASSETS_TIMINGS set to a file, the command line marks each phase of its process (from
+the moment the kernel started it) and writes them there as JSON when it exits. Unset, it costs a
+dictionary lookup per mark."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+TIMINGS_ENV = "INCREMENTAL_ASSETS_TIMINGS"
+_marks: list[tuple[str, float]] = []
+_details: dict[str, object] = {}
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(TIMINGS_ENV))
+
+
+def process_started() -> float:
+    """The wall-clock moment this process was started (Linux: /proc), to a clock tick."""
+    with open("/proc/self/stat") as stat:
+        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as system:
+        boot = next(int(line.split()[1]) for line in system if line.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def mark(phase: str) -> None:
+    """The end of `phase`: it lasted from the previous mark (or the process's start) to now."""
+    if enabled():
+        _marks.append((phase, time.time()))
+
+
+def detail(name: str, value: object) -> None:
+    """A figure beside the phases (a run's steps, Spark's jobs)."""
+    if enabled():
+        _details[name] = value
+
+
+def write() -> None:
+    """The phases as seconds, in order, and the details, to the file TIMINGS_ENV names."""
+    if not enabled():
+        return
+    previous, phases = process_started(), []
+    for phase, moment in _marks:
+        phases.append([phase, round(moment - previous, 3)])
+        previous = moment
+    with open(os.environ[TIMINGS_ENV], "w") as out:
+        json.dump({"phases": phases, **_details}, out, indent=1)
+
+
+def spark_jobs(session) -> None:
+    """Seconds in Spark's jobs, all and by where they were called, from the driver's status API
+    (nothing when its UI is off)."""
+    import urllib.request
+    from datetime import datetime
+
+    context = session.sparkContext
+    if not enabled() or not context.uiWebUrl:
+        return
+    with urllib.request.urlopen(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs") as response:
+        jobs = json.load(response)
+
+    def seconds(stamp: str) -> float:
+        return datetime.strptime(stamp.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+
+    by_site: dict[str, float] = {}
+    for job in jobs:
+        if job.get("completionTime"):
+            name = f"{job.get('description') or ''} {job['name']}".strip()
+            by_site[name] = by_site.get(name, 0.0) + seconds(job["completionTime"]) - seconds(job["submissionTime"])
+    detail("spark_jobs", len(jobs))
+    detail("spark_jobs_seconds", round(sum(by_site.values()), 2))
+    # Delta's own jobs: a table's snapshot rebuilt from its log, and the files a query may read.
+    detail("delta_log_jobs_seconds", round(sum(v for k, v in by_site.items() if k.startswith("Delta:")), 2))
+    detail("spark_jobs_by_call_site", {k: round(v, 2) for k, v in sorted(by_site.items(), key=lambda kv: -kv[1])})

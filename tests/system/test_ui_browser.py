@@ -48,7 +48,7 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).parent / "screenshots"
+SCREENSHOTS = Path(__file__).parents[1] / "screenshots"  # tests/screenshots/, git-ignored
 VIEWPORT = {"width": 1600, "height": 1000}
 
 DAYS = 3

@@ -200,6 +200,8 @@ def _run(args) -> int:
     else:
         summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
         print(summaries[0].describe())
+        if args.lower is None and summaries[0].left_behind():  # a keyhole's window is the caller's
+            print(summaries[0].left_behind())
     return _outcome(summaries)
 
 

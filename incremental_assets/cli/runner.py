@@ -25,7 +25,7 @@ from incremental_assets.lib.catalog import (
 )
 from incremental_assets.lib.delta.log import row_count, table_version
 from incremental_assets.lib.incremental.days import day_range, days_window_tags, requested_day_ranges
-from incremental_assets.lib.incremental.limits import next_standard_lower
+from incremental_assets.lib.incremental.limits import RunState, next_standard_lower
 from incremental_assets.lib.metadata import materialization_metadata
 from incremental_assets.lib.upkeep.apply import apply_plan
 from incremental_assets.lib.settings import IncrementalSettings
@@ -39,6 +39,11 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
 MAX_CATCH_UP_RUNS = 1000
+# Why a run's window stopped short of the newest source event, by its run state.
+BEHIND = {
+    RunState.NEW_MODEL.value: "a new incremental asset is backfilled from start_date one window at a time",
+    RunState.OUT_OF_SYNC.value: "the incremental assets are brought in sync one window at a time",
+}
 # The steps a window's events pass through, each accounting for what it read.
 WINDOW_STEPS = (LIFECYCLE, EVENTS_THIS_RUN, FILTERED_EVENTS)
 
@@ -90,6 +95,16 @@ class RunSummary:
             for reason, n in skip_reasons(step).items():
                 counted[reason] = counted.get(reason, 0) + n
         return WindowAccount(steps[0][ROWS_READ], steps[-1][ROWS_KEPT], counted)
+
+    def left_behind(self) -> str | None:
+        """What a single successful run leaves for the next one: None when every source event
+        loaded so far was inside a processed window (or the run stopped before its batch)."""
+        batch = self.metadata.get(EVENTS_THIS_RUN, {})
+        if not self.success or "caught_up" not in batch or batch["caught_up"]:
+            return None
+        why = BEHIND.get(batch.get("run_state"), "its window ended at backfill_limit_days")
+        return (f"Not caught up: {why}, and source events from {batch.get('next_event')} on wait for the next run. "
+                "Run again, or: incremental-assets run --until-caught-up")
 
     def describe(self) -> str:
         if not self.success and EVENTS_THIS_RUN not in self.metadata:  # it ended before its batch

@@ -77,6 +77,8 @@ def test_an_asset_added_as_one_file_runs_everywhere_the_built_in_ones_do(tmp_pat
 
     ran = cli("run")
     assert re.search(rf"first_run\s+\[{re.escape(window[0])} \.\. {re.escape(window[1])}\]", ran), (predicted, ran)
+    # backfill_limit_days 1 over two days of events: the one run says what it left and how to go on
+    assert re.search(r"^Not caught up: .* Run again, or: incremental-assets run --until-caught-up$", ran, re.M), ran
 
     stored = DeltaTable(str(warehouse / "page_views_per_user")).to_pyarrow_table().to_pylist()
     assert stored and all(row["page_views"] > 0 for row in stored)

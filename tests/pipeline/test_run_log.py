@@ -1,6 +1,7 @@
 """The run log and its lease: the rules on hand-made records, the table (deltalake, no JVM), and two
 writers at once on a real run."""
 
+import asyncio
 import json
 import os
 import re
@@ -9,7 +10,9 @@ import sys
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._core.loader import LoadingContextForTest
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_incremental
@@ -110,6 +113,13 @@ def test_a_second_writer_is_refused_with_the_holders_name_until_the_holder_is_go
         refused = run_incremental(settings, now="2024-03-02T00:00:00", instance=instance)
         assert not refused.success and "Run other-run is still writing" in refused.error
         assert refused.describe() == "refused: lease held by other-run"
+        # Shown as refused, not as failed data: the run ends canceled, and the checks it planned
+        # resolve as skipped (a failed run's would each show "execution failed").
+        assert instance.get_run_by_id(refused.run_id).status == DagsterRunStatus.CANCELED
+        check = AssetCheckKey(AssetKey("filtered_events"), "event_id_unique")
+        [planned] = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)
+        assert planned.run_id == refused.run_id
+        assert asyncio.run(planned.resolve_status(LoadingContextForTest(instance))) == AssetCheckExecutionResolvedStatus.SKIPPED
         assert not os.path.exists(f"{warehouse}/filtered_events")
         assert not [r for r in state.run_log() if r["run_id"] == refused.run_id], "a refused run writes nothing"
     finally:

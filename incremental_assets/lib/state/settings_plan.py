@@ -28,7 +28,7 @@ from incremental_assets.lib.delta.log import row_count
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.fingerprints import Fingerprint, Plan, fingerprint_of, plan
 from incremental_assets.lib.state.hooks import alive_in
-from incremental_assets.lib.state.store import StateStore, run_of
+from incremental_assets.lib.state.store import LeaseHeld, StateStore, run_of
 
 # What each table's content depends on; an incremental asset not named here (a user's own) on the
 # source rules, and on its declared code version.
@@ -77,6 +77,7 @@ def start_writing(
     surface runs it); the first call of a run is refused while a plan is pending (Failure, with the
     plan), else takes the run log's lease for every asset the run writes (over `window`, the run's
     limits), recording the fingerprints of tables new to the warehouse under the current settings.
+    A run refused the lease (another writer holds it) ends as canceled, with the holder named.
     Later calls of the same run find the lease theirs and do nothing."""
     run_id = run_of(context)
     if run_id is not None and state.holds_lease(run_id):
@@ -87,4 +88,11 @@ def start_writing(
     if run_id is not None:
         assets = sorted(key.path[-1] for key in context.job_def.asset_layer.selected_asset_keys)
         adopted = {table: current[table] for table in changes.adopted}
-        state.acquire(run_id, assets, window, alive_in(context.instance), adopt=adopted)
+        try:
+            state.acquire(run_id, assets, window, alive_in(context.instance), adopt=adopted)
+        except LeaseHeld as refused:
+            # Not a failure of this run's data: another writer is at work. Ending the run as
+            # canceled shows it so, and Dagster then resolves the checks it planned as skipped,
+            # where a failed run would show each of them as failed.
+            context.instance.report_run_canceling(context.run, message=str(refused).split(". ")[0])
+            raise

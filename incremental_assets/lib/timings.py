@@ -53,12 +53,19 @@ def write() -> None:
 
 def spark_jobs(session) -> None:
     """Seconds in Spark's jobs, all and by where they were called, from the driver's status API
-    (nothing when its UI is off)."""
+    (nothing when its UI is off, or from a Spark Connect client, whose driver is the server's)."""
     import urllib.request
     from datetime import datetime
 
-    context = session.sparkContext
-    if not enabled() or not context.uiWebUrl:
+    from pyspark.errors import PySparkAttributeError
+
+    if not enabled():
+        return
+    try:
+        context = session.sparkContext
+    except PySparkAttributeError:  # a Spark Connect session: its jobs run in the server
+        return
+    if not context.uiWebUrl:
         return
     with urllib.request.urlopen(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs") as response:
         jobs = json.load(response)

@@ -200,8 +200,9 @@ def _run(args) -> int:
     else:
         summaries = [run_incremental(settings, lower=args.lower, upper=args.upper)]
         print(summaries[0].describe())
-        if args.lower is None and summaries[0].left_behind():  # a keyhole's window is the caller's
-            print(summaries[0].left_behind())
+        left = summaries[0].left_behind() if args.lower is None else None  # a keyhole's window is the caller's
+        if left:
+            print(left)
     return _outcome(summaries)
 
 

@@ -5,7 +5,6 @@ and the Dagster instance; they never start Spark."""
 from dagster import (
     AssetKey,
     AssetSelection,
-    AutomationConditionSensorDefinition,
     DagsterInstance,
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -20,6 +19,8 @@ from dagster import (
     define_asset_job,
     sensor,
 )
+
+from dagster._core.execution.backfill import BulkActionStatus
 
 from incremental_assets.lib.catalog import (
     APPLY_PLAN_JOB,
@@ -196,19 +197,33 @@ def additive_changes_sensor(context: SensorEvaluationContext, settings: Incremen
     return RunRequest(run_key="apply-" + "-".join(current[change.table].digest for change in changes.changes))
 
 
-attributes_automation_sensor = AutomationConditionSensorDefinition(
-    "attributes_after_daily_aggregates",
-    target=AssetSelection.assets(ATTRIBUTES),
-    default_status=DefaultSensorStatus.RUNNING,
+@sensor(
+    name="attributes_after_daily_aggregates",
+    asset_selection=AssetSelection.assets(ATTRIBUTES),
     minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
     description="Requests attributes once a change to daily_aggregates is done, whichever surface made it "
     "(a partition backfill from the UI, dagster asset materialize); daily_job writes both in one run.",
 )
+def attributes_after_daily_aggregates(context: SensorEvaluationContext):
+    """By the order of the two tables' latest materializations in the event log, not by what changed
+    between two ticks: a daily run that wrote both, then a backfill's run that wrote daily_aggregates
+    alone, can land between the same two ticks, and attributes is behind all the same."""
+    instance = context.instance
+    daily, attributes = (instance.fetch_materializations(AssetKey(key), limit=1).records for key in (DAILY_AGGREGATES, ATTRIBUTES))
+    if not daily or (attributes and attributes[0].storage_id > daily[0].storage_id):
+        return SkipReason("No change to daily_aggregates since attributes was written")
+    writing = {AssetKey(DAILY_AGGREGATES), AssetKey(ATTRIBUTES)}
+    if any(run.job_name == DAILY_JOB or writing & set(run.asset_selection or ()) for run in instance.get_runs(RunsFilter(statuses=ACTIVE))):
+        return SkipReason("A run that writes daily_aggregates or attributes is in flight")
+    if instance.get_backfills(status=BulkActionStatus.REQUESTED):
+        return SkipReason("A backfill is in progress: attributes follows once it is done")
+    return RunRequest(run_key=f"attributes-after-{daily[0].storage_id}", asset_selection=[AssetKey(ATTRIBUTES)])
 
 
 def defs(settings: IncrementalSettings) -> Definitions:
     return Definitions(
         jobs=[incremental_job, daily_job],
         schedules=[hourly_incremental_schedule],
-        sensors=[source_events_sensor, daily_partitions_sensor, additive_changes_sensor, attributes_automation_sensor],
+        sensors=[source_events_sensor, daily_partitions_sensor, additive_changes_sensor, attributes_after_daily_aggregates],
     )

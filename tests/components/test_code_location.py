@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from dagster import AssetKey, AutomationConditionSensorDefinition
+from dagster import AssetKey
 
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.catalog import ATOMIC_EVENTS, NEW_EVENT_LIMITS, TABLES
@@ -35,8 +35,9 @@ def describe(defs) -> list[str]:
     for schedule in sorted(repo.schedule_defs, key=lambda s: s.name):
         lines.append(f"schedule {schedule.name}  '{schedule.cron_schedule}' -> {schedule.job_name}  {schedule.default_status.value}")
     for sensor in sorted(repo.sensor_defs, key=lambda s: s.name):
-        if isinstance(sensor, AutomationConditionSensorDefinition):
-            jobs = "automation of " + ", ".join(k.to_user_string() for k in sensor.asset_selection.resolve(repo.asset_graph))
+        assets = sensor.asset_selection.resolve(repo.asset_graph) if sensor.asset_selection is not None else ()
+        if assets:
+            jobs = "assets " + ", ".join(sorted(k.to_user_string() for k in assets))
         else:
             jobs = ", ".join(t.job_name for t in sensor.targets) or "checks"
         lines.append(f"sensor {sensor.name} -> {jobs}  {sensor.default_status.value}")

@@ -15,7 +15,7 @@ import time
 from datetime import date, timedelta
 from pathlib import Path
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter, evaluate_automation_conditions
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter, SkipReason, build_sensor_context
 from dagster._core.execution.backfill import PartitionBackfill
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
@@ -56,7 +56,8 @@ def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_a
         settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.get()
         assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
         defs = build_definitions(settings)
-        baseline = evaluate_automation_conditions(defs=defs, instance=instance)
+        follow_sensor = defs.resolve_sensor_def("attributes_after_daily_aggregates")
+        assert isinstance(follow_sensor(build_sensor_context(instance=instance, definitions=defs)), SkipReason)
         day = PARAMS.start_date.isoformat()
         materialize = subprocess.run(
             [BIN / "dagster", "asset", "materialize", "-m", "incremental_assets.definitions", "--select", DAILY_AGGREGATES,
@@ -68,9 +69,9 @@ def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_a
         statuses = [(r["asset"], r["status"]) for r in StateStore().run_log(run_id=run.run_id)]
         assert statuses == [(DAILY_AGGREGATES, PROCESSING), (DAILY_AGGREGATES, PROCESSED)]
 
-        # The automation sensor's condition asks for attributes now that daily_aggregates changed ...
-        after = evaluate_automation_conditions(defs=defs, instance=instance, cursor=baseline.cursor)
-        assert after.get_requested_partitions(AssetKey(ATTRIBUTES)) == {None}
+        # The sensor asks for attributes now that daily_aggregates changed ...
+        request = follow_sensor(build_sensor_context(instance=instance, definitions=defs))
+        assert isinstance(request, RunRequest) and request.asset_selection == [AssetKey(ATTRIBUTES)]
         job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={AssetKey(ATTRIBUTES)})
         follow = job.execute_in_process(instance=instance, raise_on_error=False)
         assert follow.success

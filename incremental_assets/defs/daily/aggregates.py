@@ -9,7 +9,6 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetIn,
-    AutomationCondition,
     BackfillPolicy,
     BetaWarning,
     DailyPartitionsDefinition,
@@ -102,28 +101,17 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
     return daily_aggregates
 
 
-# attributes follows every change of daily_aggregates, whichever surface made it (a UI backfill,
-# `dagster asset materialize`): the automation sensor (defs/automation.py) requests it once the
-# change is done. A run that writes both (daily_job) needs no other.
-AFTER_DAILY_AGGREGATES = (
-    AutomationCondition.any_deps_updated().since_last_handled()
-    & ~AutomationCondition.any_deps_in_progress()
-    & ~AutomationCondition.in_progress()
-).with_label("daily_aggregates changed")
-
-
 @spark_delta_asset(
     ins={"daily": AssetIn(DAILY_AGGREGATES)},
     group_name=DAILY_GROUP,
     metadata=delta_table("replace"),
-    automation_condition=AFTER_DAILY_AGGREGATES,
     description="One row per attribute_key: every declared attribute (lifetime or last N days), dropped and "
     "recomputed from daily_aggregates after every change to it.",
 )
 def attributes(
     context: AssetExecutionContext, daily: DataFrame, settings: IncrementalSettings, state: StateStore
 ) -> DataFrame:
-    start_writing(context, settings, state)  # a run of attributes alone (the automation sensor's)
+    start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
     return attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day())
 
 

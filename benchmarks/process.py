@@ -6,6 +6,10 @@ went (INCREMENTAL_ASSETS_TIMINGS: interpreter, imports, instance, definitions, J
 jobs, exit). Histories are measured in turn, repetition by repetition, so that a drift of the
 machine's speed reaches them alike.
 
+Then the same one-hour run as Dagster launches it (`dagster job launch`, what a sensor tick or the
+UI does): in a process of its own, and in the warm worker (`incremental-assets serve`), timed from
+the run's creation to its end in the instance's run records.
+
     .venv/bin/python benchmarks/process.py [--events-per-day N] [--histories 7 60] [--reps 3]
 
 Writes benchmarks/results/process.json.
@@ -26,7 +30,9 @@ from pathlib import Path
 
 from measure import RESULTS
 
-CLI = str(Path(sys.executable).parent / "incremental-assets")
+BIN = Path(sys.executable).parent
+CLI = str(BIN / "incremental-assets")
+ROOT = Path(__file__).resolve().parents[1]
 SETUP = """
 import sys
 from datetime import date
@@ -74,6 +80,48 @@ def one_hour_run(env: dict[str, str], timings: Path) -> dict:
     return {"seconds": round(seconds, 2), "said": done.stdout.splitlines()[0], **json.loads(timings.read_text())}
 
 
+def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> list[dict]:
+    """`reps` one-hour runs launched through the instance, each timed from its creation to its end."""
+    from dagster import DagsterInstance
+
+    from incremental_assets.lib.worker import serving
+
+    home = Path(env["DAGSTER_HOME"])
+    config = (ROOT / "dagster.yaml").read_text()  # launched at once: no queue (no daemon) in the way
+    (home / "dagster.yaml").write_text(config + "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
+    workspace = place / "workspace.yaml"
+    workspace.write_text(f"load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n      working_directory: {ROOT}\n")
+    worker = None
+    if warm:
+        worker = subprocess.Popen([CLI, "serve"], env=env, stdout=open(place / "worker.log", "w"), stderr=subprocess.STDOUT)
+        while serving(home) is None:  # its rehearsal first
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker exited: {(place / 'worker.log').read_text()[-2000:]}")
+            time.sleep(1)
+    runs = []
+    try:
+        os.environ["DAGSTER_HOME"] = str(home)
+        with DagsterInstance.get() as instance:
+            for _ in range(reps):
+                subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
+                before = {run.run_id for run in instance.get_runs()}
+                subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "incremental_job"], env=env,
+                               check=True, capture_output=True)
+                [run_id] = {run.run_id for run in instance.get_runs()} - before
+                while not (record := instance.get_run_record_by_id(run_id)).dagster_run.is_finished:
+                    time.sleep(0.2)
+                if record.dagster_run.status.value != "SUCCESS":
+                    raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}")
+                created = record.create_timestamp.timestamp()
+                runs.append({"seconds": round(record.end_time - created, 2),
+                             "until_started": round(record.start_time - created, 2)})
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(60)
+    return runs
+
+
 def summary(runs: list[dict]) -> dict:
     """The median run's figures, and every run's seconds."""
     ordered = sorted(runs, key=lambda run: run["seconds"])
@@ -94,10 +142,15 @@ def main() -> None:
         for rep in range(args.reps):
             for days, env in envs.items():
                 runs[days].append(one_hour_run(env, root / f"timings-{days}-{rep}.json"))
+        launched = {
+            f"{days}_days_{how}": summary(launched_runs(env, root / f"history-{days}", args.reps, warm=how == "warm"))
+            for how in ("own_process", "warm") for days, env in envs.items()
+        }
     first, last = args.histories[0], args.histories[-1]
     results = {
         "events_per_day": args.events_per_day,
         "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in runs.items()},
+        "one_hour_run_launched": launched,
     }
     medians = results["one_hour_run_whole_process"]
     results[f"ratio_{last}_to_{first}_days"] = round(
@@ -108,6 +161,8 @@ def main() -> None:
         print(f"{days}: {figures['median_seconds']} s (runs {figures['seconds']})")
         for phase, seconds in figures["median_run"]["phases"]:
             print(f"  {phase:<40}{seconds:>8.2f}")
+    for name, figures in launched.items():
+        print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']})")
 
 
 if __name__ == "__main__":

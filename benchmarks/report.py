@@ -210,6 +210,7 @@ def whole_process(p: dict) -> list[str]:
         *(f"| {figure} | {value} | {goal} |" for figure, value, goal in rows),
         "",
     ]
+    lines.extend(launched(p.get("one_hour_run_launched", {})))
     for name, h in histories.items():
         run = h["median_run"]
         lines.extend([f"Where the median run's seconds go, {name.replace('_', ' ')} of history "
@@ -222,6 +223,28 @@ def whole_process(p: dict) -> list[str]:
         lines.extend(f"| {step} | {seconds:.2f} |" for step, seconds in steps)
         lines.append("")
     return lines
+
+
+def launched(runs: dict) -> list[str]:
+    """The same one-hour run launched through the instance: in its own process, and in the warm worker."""
+    if not runs:
+        return []
+    rows = []
+    for name, h in runs.items():
+        days, how = name.split("_days_")
+        meets = how == "warm" and h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS
+        rows.append((f"one-hour run launched, {days} days of history, {how.replace('_', ' ')}",
+                     runs(h["median_seconds"], h["seconds"]), target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", meets) if how == "warm" else "—"))
+    return [
+        ("Launched through the instance as a sensor tick or the UI launches it (`dagster job launch`), in a process "
+         "of its own and in the warm worker (`incremental-assets serve`, after its rehearsal), timed from the run's "
+         "creation to its end in the run records (the incremental job; the daily job is a run of its own):"),
+        "",
+        "| figure | value | target |",
+        "|---|---|---|",
+        *(f"| {figure} | {value} | {goal} |" for figure, value, goal in rows),
+        "",
+    ]
 
 
 def maintenance(m: dict) -> list[str]:

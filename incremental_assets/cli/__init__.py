@@ -167,6 +167,13 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--master", default="local[*]", help="where the server's work runs")
     server.set_defaults(command=_connect_server)
 
+    serve = commands.add_parser(
+        "serve", help="a warm worker: execute the runs Dagster launches in one long-lived Spark session (foreground)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="default: any free port (written to DAGSTER_HOME/worker.json)")
+    serve.set_defaults(command=_serve)
+
     demo = commands.add_parser("demo", help="generate the sample stream and run the pipeline over it")
     demo.set_defaults(command=_demo)
     return parser
@@ -270,6 +277,18 @@ def _connect_server(args) -> None:
 
     command = connect_server_command(args.port, args.host, args.master)
     os.execv(command[0], command)
+
+
+def _serve(args) -> None:
+    from incremental_assets.cli.runner import instance_or_default
+    from incremental_assets.cli.serve import Worker
+
+    worker = Worker(instance_or_default(None), args.host, args.port)
+    worker.warm()
+    try:
+        worker.serve_forever()
+    except KeyboardInterrupt:
+        print("Stopped")
 
 
 def _spark():

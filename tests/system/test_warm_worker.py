@@ -1,0 +1,136 @@
+"""Runs Dagster launches execute in the warm worker (`incremental-assets serve`) when it serves the
+instance's home, and in a process of their own when none does: each is the run Dagster made (its
+status, events and run-log records), and the worker goes on after a run canceled in the UI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta
+from datetime import time as dtime
+from pathlib import Path
+
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus
+from incremental_assets.cli.runner import run_until_caught_up
+from incremental_assets.lib.catalog import EVENTS_THIS_RUN
+from incremental_assets.lib.environment import PROJECT_ROOT
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.run_log import PROCESSED, PROCESSING
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import utcnow
+from incremental_assets.lib.worker import WORKER_TAG, WarmRunLauncher, serving
+from tests.system.test_dagster_surfaces import BIN, a_home, wait_for
+from tests.warehouse_tables import comparable_tables, scenario_environment
+
+# A stream whose loads end a few hours before now: the hours appended next lie inside the next
+# run's window (older ones would lie behind the cursor, which keyhole runs handle).
+START = (utcnow() - timedelta(days=2)).date()
+PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=START, seed=11)
+HOURS_LOADED = int((utcnow() - datetime.combine(START, dtime.min)).total_seconds() // 3600) - 4
+# Under which a warehouse run over any batching of a stream equals one run over all of it
+# (tests/pipeline/test_batching_invariance.py): the test compares the runs' tables with that run.
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "reprocess_days": 365, "min_rows_to_process": 1}
+INCREMENTAL_TABLES = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions")
+
+
+def launch(workspace: Path, instance: DagsterInstance) -> str:
+    """`dagster job launch`, as the UI's Launch run does: the run id it made."""
+    before = {run.run_id for run in instance.get_runs()}
+    launched = subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "incremental_job"],
+                              capture_output=True, text=True, timeout=300, env=os.environ)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    [run_id] = {run.run_id for run in instance.get_runs()} - before
+    return run_id
+
+
+def ended(instance: DagsterInstance, run_id: str, seconds: float = 300):
+    deadline = time.monotonic() + seconds
+    while not (run := instance.get_run_by_id(run_id)).is_finished:
+        assert time.monotonic() < deadline, f"run {run_id} still {run.status.value} after {seconds} s"
+        time.sleep(0.5)
+    return run
+
+
+def caught_up(instance: DagsterInstance, run_id: str) -> bool:
+    """What the run's batch said: no source event lies past its window."""
+    [batch] = [e.asset_materialization for e in instance.get_records_for_run(
+        run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records if e.asset_key == AssetKey(EVENTS_THIS_RUN)]
+    return batch.metadata["caught_up"].value
+
+
+def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tmp_path):
+    home = a_home(tmp_path)
+    with open(home / "dagster.yaml", "a") as config:  # runs start when launched: no daemon in this test
+        config.write("run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
+                         f"      working_directory: {PROJECT_ROOT}\n")
+    source = str(tmp_path / "source")
+    generate_stream(spark, source, PARAMS, hours=HOURS_LOADED)
+    with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):
+        settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.get()
+        assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
+
+        # No worker serves this home: the run starts in its own process, and says why.
+        append_hours(spark, source, 1)
+        cold = ended(instance, launch(workspace, instance))
+        assert cold.status == DagsterRunStatus.SUCCESS and WORKER_TAG not in cold.tags
+        assert any("in its own process: no warm worker is serving" in (e.message or "")
+                   for e in instance.all_logs(cold.run_id))
+
+        worker = subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
+                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        try:
+            first_port = wait_for("the worker to serve", lambda: serving(home), 180)["port"]
+
+            # A run of new rows, in the worker: the run Dagster made, with the contract's records.
+            append_hours(spark, source, 1)
+            warm = ended(instance, launch(workspace, instance))
+            assert warm.status == DagsterRunStatus.SUCCESS, (tmp_path / "worker.log").read_text()[-3000:]
+            assert warm.tags[WORKER_TAG].endswith(f":{worker.pid}")
+            records = StateStore().run_log(run_id=warm.run_id)
+            assert {r["status"] for r in records} == {PROCESSING, PROCESSED}
+
+            # Canceled as the UI's Terminate does, while a call to Spark is in flight (the worker's
+            # JVM is paused, so the call cannot finish first): the run ends Canceled, and the worker
+            # restarts with a new JVM under the same pid, in which the next run stores every event.
+            jvm = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
+            for pid in jvm:
+                os.kill(pid, signal.SIGSTOP)
+            append_hours(spark, source, 1)
+            canceled = launch(workspace, instance)
+            wait_for("the run's first Spark step", lambda: any(
+                log.dagster_event.is_step_start and log.dagster_event.step_key == "sessions_lifecycle_manifest"
+                for log in instance.all_logs(canceled) if log.dagster_event), 120)
+            launcher = WarmRunLauncher()
+            launcher.register_instance(instance)
+            assert launcher.terminate(canceled)
+            time.sleep(5)  # the worker sees the run canceling within 2 s, and interrupts it mid-call
+            for pid in jvm:
+                os.kill(pid, signal.SIGCONT)
+            assert ended(instance, canceled).status == DagsterRunStatus.CANCELED
+            wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), 180)
+            assert serving(home)["pid"] == worker.pid
+            for _ in range(5):  # the run after a failed one brings the assets in sync window by window
+                after = ended(instance, launch(workspace, instance))
+                assert after.status == DagsterRunStatus.SUCCESS and after.tags[WORKER_TAG].endswith(f":{worker.pid}")
+                if caught_up(instance, after.run_id):
+                    break
+        finally:
+            os.killpg(worker.pid, signal.SIGTERM)
+            worker.wait(60)
+        assert not (home / "worker.json").exists(), "a stopped worker takes its address with it"
+        launched = comparable_tables(spark, tmp_path / "warehouse")
+
+    # The same source processed by the command line, in this process, from scratch.
+    with scenario_environment(tmp_path / "reference", source, SETTINGS, tmp_path / "reference-home"):
+        runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
+        assert all(run.success for run in runs)
+        reference = comparable_tables(spark, tmp_path / "reference")
+    for table in INCREMENTAL_TABLES:  # the daily layer is the daily job's: no daemon here launched it
+        only_launched, only_reference = set(launched[table]) - set(reference[table]), set(reference[table]) - set(launched[table])
+        assert not only_launched and not only_reference, (table, sorted(only_launched)[:3], sorted(only_reference)[:3])

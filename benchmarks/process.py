@@ -111,7 +111,9 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> li
                 while not (record := instance.get_run_record_by_id(run_id)).dagster_run.is_finished:
                     time.sleep(0.2)
                 if record.dagster_run.status.value != "SUCCESS":
-                    raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}")
+                    errors = [e.dagster_event.event_specific_data.error.to_string()[-3000:] for e in instance.all_logs(run_id)
+                              if e.dagster_event and e.dagster_event.is_step_failure]
+                    raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}: {errors}")
                 created = record.create_timestamp.timestamp()
                 runs.append({"seconds": round(record.end_time - created, 2),
                              "until_started": round(record.start_time - created, 2)})

@@ -70,6 +70,9 @@ class Worker:
         Spark's and Delta's code loaded and compiled (the first run in a new JVM costs several
         times what a later one does: benchmarks/results.md). A rehearsal that fails (a cluster that
         cannot reach this machine's scratch directory) costs the first run its warm-up, no more."""
+        # The definitions the runs execute are built when this module is first imported, from the
+        # environment: the operator's, never the rehearsal's scratch one.
+        import incremental_assets.definitions  # noqa: F401
         from incremental_assets.cli.runner import run_until_caught_up
         from incremental_assets.lib.sample.generator import SampleParams
         from incremental_assets.lib.sample.stream import generate_stream

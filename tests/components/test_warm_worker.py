@@ -4,6 +4,7 @@ a process of the run's own, and how run monitoring sees a worker's run."""
 from __future__ import annotations
 
 import os
+import sys
 import socket
 import subprocess
 
@@ -77,3 +78,33 @@ def test_run_monitoring_fails_a_run_whose_worker_is_gone_and_leaves_a_process_ru
     health = launcher.check_run_worker_health(a_run({WORKER_TAG: f"{here}:{gone.pid}"}))
     assert health.status == WorkerStatus.FAILED and str(gone.pid) in health.msg
     assert launcher.check_run_worker_health(a_run({})).status == WorkerStatus.UNKNOWN
+
+
+REHEARSAL = """
+import sys
+import incremental_assets.cli.runner as runner
+import incremental_assets.lib.sample.stream as stream
+import incremental_assets.lib.spark as spark
+from dagster import DagsterInstance
+from incremental_assets.cli.serve import Worker
+
+spark.build_spark_session = lambda: None
+stream.generate_stream = lambda *args, **kwargs: 0
+runner.run_until_caught_up = lambda *args, **kwargs: __import__("incremental_assets.definitions")  # as a run does
+Worker(DagsterInstance.ephemeral(), report=lambda line: None).warm()
+from incremental_assets.definitions import defs
+print(defs.resolve_job_def("daily_job").partitions_def.start.date())
+"""
+
+
+def test_the_runs_after_a_rehearsal_have_the_operators_settings_not_the_rehearsals(tmp_path):
+    """Finding: the rehearsal imported the definitions inside its scratch environment (settings
+    file /dev/null), so every run the worker took was built from default settings and refused by
+    the settings plan."""
+    config = tmp_path / "settings.yaml"
+    config.write_text("start_date: '2025-03-04'\n")
+    env = {**os.environ, "INCREMENTAL_ASSETS_CONFIG": str(config), "DAGSTER_HOME": str(tmp_path / "home")}
+    env.pop("INCREMENTAL_ASSETS_START_DATE", None)
+    done = subprocess.run([sys.executable, "-c", REHEARSAL], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "2025-03-04"

@@ -107,13 +107,14 @@ class WarmRunLauncher(DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
-        """A worker's run is as alive as the worker; a run in its own process is not watched (as
-        with Dagster's default launcher)."""
+        """A worker's run is as alive as the worker. A run in its own process is reported running:
+        Dagster's default launcher does not watch it either, and run monitoring fails a run whose
+        health is anything but running or success."""
         if WORKER_TAG not in run.tags:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, "the run executes in its own process")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "not watched: the run executes in its own process")
         host, pid = run.tags[WORKER_TAG].rsplit(":", 1)
         if host != socket.gethostname():
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run's worker is on {host}")
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"not watched: the run's worker is on {host}")
         worker = serving()
         if _alive(int(pid)) and worker is not None and worker["pid"] == int(pid):
             return CheckRunHealthResult(WorkerStatus.RUNNING)

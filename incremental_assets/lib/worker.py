@@ -25,6 +25,7 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, Worke
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
 from incremental_assets.lib import environment
+from incremental_assets.lib.state.hooks import process_exists
 
 WORKER_TAG = "incremental_assets/worker"
 ADDRESS_FILE = "worker.json"
@@ -45,23 +46,13 @@ def address_file(home: Path | None = None) -> Path:
     return (home or environment.dagster_home()) / ADDRESS_FILE
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def serving(home: Path | None = None) -> dict[str, Any] | None:
     """The worker that serves this Dagster home ({pid, host, port, code}), or None."""
     try:
         worker = json.loads(address_file(home).read_text())
     except (OSError, ValueError):
         return None
-    return worker if _alive(worker["pid"]) else None
+    return worker if process_exists(worker["pid"]) else None
 
 
 def hand_over(run_id: str, home: Path | None = None, timeout: float = 10) -> tuple[dict[str, Any] | None, str]:
@@ -115,7 +106,6 @@ class WarmRunLauncher(DefaultRunLauncher):
         host, pid = run.tags[WORKER_TAG].rsplit(":", 1)
         if host != socket.gethostname():
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"not watched: the run's worker is on {host}")
-        worker = serving()
-        if _alive(int(pid)) and worker is not None and worker["pid"] == int(pid):
+        if (serving() or {}).get("pid") == int(pid):  # serving: its process exists
             return CheckRunHealthResult(WorkerStatus.RUNNING)
         return CheckRunHealthResult(WorkerStatus.FAILED, f"the warm worker (pid {pid}) that executed the run is gone")

@@ -49,6 +49,14 @@ def a_home(tmp_path: Path) -> Path:
     return home
 
 
+def a_workspace(tmp_path: Path) -> Path:
+    """The project's code location, loaded as the repository's workspace.yaml loads it."""
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
+                         f"      working_directory: {PROJECT_ROOT}\n")
+    return workspace
+
+
 def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_and_attributes_follow(spark, tmp_path):
     home = a_home(tmp_path)
     source = sample_source(spark, PARAMS, tmp_path)
@@ -117,10 +125,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
     from incremental_assets.lib.sample.stream import append_hours, generate_stream
 
     home = a_home(tmp_path)
-    (tmp_path / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
-        f"      working_directory: {PROJECT_ROOT}\n"
-    )
+    a_workspace(tmp_path)
     source = str(tmp_path / "source")
     generate_stream(spark, source, PARAMS, hours=PARAMS.days * 24)
     with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):

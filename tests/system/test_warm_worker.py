@@ -15,7 +15,6 @@ from pathlib import Path
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus
 from incremental_assets.cli.runner import run_until_caught_up
 from incremental_assets.lib.catalog import EVENTS_THIS_RUN
-from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
@@ -23,7 +22,7 @@ from incremental_assets.lib.state.run_log import PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.worker import WORKER_TAG, WarmRunLauncher, serving
-from tests.system.test_dagster_surfaces import BIN, a_home, wait_for
+from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
 # A stream whose loads end a few hours before now: the hours appended next lie inside the next
@@ -66,9 +65,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
     home = a_home(tmp_path)
     with open(home / "dagster.yaml", "a") as config:  # runs start when launched: no daemon in this test
         config.write("run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
-    workspace = tmp_path / "workspace.yaml"
-    workspace.write_text("load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
-                         f"      working_directory: {PROJECT_ROOT}\n")
+    workspace = a_workspace(tmp_path)
     source = str(tmp_path / "source")
     generate_stream(spark, source, PARAMS, hours=HOURS_LOADED)
     with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):

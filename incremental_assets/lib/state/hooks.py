@@ -35,13 +35,13 @@ def alive_in(instance: DagsterInstance) -> Callable[[Record], bool]:
             return False
         if record.host == socket.gethostname() and record.pid is not None:
             # This very process runs one run at a time: an older lease of its own is over.
-            return record.pid != os.getpid() and _process_exists(record.pid)
+            return record.pid != os.getpid() and process_exists(record.pid)
         return True  # another machine's run that this instance does not know: only an operator can tell
 
     return alive
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 from pathlib import Path
 from typing import Any

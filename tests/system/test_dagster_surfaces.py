@@ -28,6 +28,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
+from incremental_assets.lib.worker import WORKER_TAG, serving
 from tests.warehouse_tables import sample_source, scenario_environment
 
 BIN = Path(sys.executable).parent
@@ -132,6 +133,10 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
         settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.get()
         assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
         runs_before = len(writers(instance))
+        # The warm worker executes the runs the daemon launches (one at a time; a second goes to a process of its own).
+        worker = subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
+                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        wait_for("the worker to serve", lambda: serving(home), 240)
         daemon = subprocess.Popen(
             [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
             stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
@@ -174,9 +179,12 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             # The daemon's process group holds the runs it launched: it is stopped once they have ended.
             wait_for("the backfill's run, then attributes", attributes_after_the_backfill, 900)
         finally:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            daemon.wait(60)
-        assert all(run.status.value == "SUCCESS" for run in instance.get_runs()), (tmp_path / "daemon.log").read_text()[-3000:]
+            for process in (daemon, worker):
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(60)
+        logs = "".join((tmp_path / log).read_text()[-3000:] for log in ("daemon.log", "worker.log"))
+        assert all(run.status.value == "SUCCESS" for run in instance.get_runs()), logs
+        assert any(run.tags.get(WORKER_TAG) for run in writers(instance)), "the daemon's runs went to the warm worker"
         [backfill_run] = instance.get_runs(RunsFilter(tags={"dagster/backfill": "uibackfill"}))
         assert WAREHOUSE_POOL in backfill_run.run_op_concurrency.all_pools, "it queues behind every other writer"
         records = StateStore().run_log(run_id=backfill_run.run_id)  # one Processed per partition, with its own rows

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench.py [--size small|full] [--reps N]
 
   spark_start     a cold Spark start with Delta, in a fresh process (the floor of every run)
-  quiet_run       the first run after the history's backfill with nothing new loaded: it reads the
-                  lookback window again (lookback_window_hours) and moves the manifest on to 'now'
+  quiet_run       the first run after the history's backfill with nothing new loaded, at a later
+                  'now': a quiet window (docs/operations.md), read from the Delta log alone, that
+                  moves the manifest on to 'now'
   empty_run       a run with no new data and the same 'now' (median): every asset is already there,
                   so nothing is read. For both, where the time goes: per step, and Spark's jobs by
                   call site (the rest is Dagster, planning, Delta logs, commits)

@@ -15,11 +15,11 @@ from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.log import read_rows, reading, stored_table
 from incremental_assets.lib.incremental.days import arrivals_from_rows, days_to_process
-from incremental_assets.lib.incremental.limits import RunLimits, load_days, run_limits
+from incremental_assets.lib.incremental.limits import RunLimits, run_limits
 from incremental_assets.lib.incremental.run_plan import plan_table, waiting_behind_cursor
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Stranded
-from incremental_assets.lib.source.contract import require_processable
+from incremental_assets.lib.source.contract import load_days, loaded_between, require_processable
 from incremental_assets.lib.state.fingerprints import Plan
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.records import TO_PROCESS
@@ -80,7 +80,7 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     in_window = (ts >= _utc(limits.lower)) & (ts <= _utc(limits.upper)) & pc.field("event_id").is_valid()
     load_day = settings.source_load_date_column
     if load_day in source.schema.names:  # the load days a run reads, as it reads them
-        in_window = in_window & _loaded(load_day, *load_days(settings.session_timestamp, limits.lower, limits.upper))
+        in_window = in_window & loaded_between(load_day, *load_days(settings.session_timestamp, limits.lower, limits.upper))
     with reading(environment.source_table_uri()):
         window = source.to_table(columns=["event_id", "derived_tstamp", "load_tstamp"], filter=in_window).to_pylist()
     stored = _stored_event_ids(state.uri(FILTERED_EVENTS), {r["derived_tstamp"].date() for r in window if r["derived_tstamp"]})
@@ -96,7 +96,7 @@ def preview(settings: IncrementalSettings, now: datetime | None = None) -> Previ
     days = sorted(str(d) for d, status in changed.items() if status.status == TO_PROCESS)
     changes, _ = pending_plan(settings, state, incremental)
     plans = read_rows(state.uri(NEW_EVENT_LIMITS)) or []
-    next_run, _ = plan_run("preview", limits, settings, entries, models, environment.source_table_uri(), plans)
+    next_run, _ = plan_run("preview", limits, settings, entries, models, environment.source_table_uri(), plans, state)
     behind = waiting_behind_cursor([*plans, *plan_table(next_run).to_pylist()], state.run_log)
     return Preview(limits, models, len(window), len(new), days, changes, behind)
 
@@ -110,15 +110,6 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
     with reading(uri):
         ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
     return set(ids.column("event_id").to_pylist())
-
-
-def _loaded(load_day: str, first_day: date, last_day: date | None) -> pc.Expression:
-    """transforms.sessions._loaded as an Arrow filter: on a partition column it prunes files."""
-    day = pc.field(load_day)
-    loaded = day >= pa.scalar(first_day, pa.date32())
-    if last_day is not None:
-        loaded = loaded & (day <= pa.scalar(last_day, pa.date32()))
-    return loaded | day.is_null()
 
 
 def _utc(moment: datetime) -> pa.Scalar:

@@ -1,6 +1,8 @@
 """State 2 (a new incremental asset backfills while the others skip), state 3 (a failed asset makes
 the next run sync), and an incremental asset materialized outside its job."""
 
+import os
+
 import pytest
 from dagster import DagsterInstance, Definitions, materialize
 from pyspark.sql import DataFrame
@@ -8,7 +10,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.definitions import build_definitions
 from incremental_assets.defs.base.limits import new_event_limits
-from incremental_assets.defs.base.sessions import NOTHING_NEW, session_batch, sessions_lifecycle_manifest
+from incremental_assets.defs.base.sessions import session_batch, sessions_lifecycle_manifest
 from incremental_assets.defs.incremental.sessions import sessions
 from incremental_assets.defs.resources import WarehouseIOManager
 from incremental_assets.lib.catalog import INCREMENTAL_JOB
@@ -17,11 +19,12 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.write import last_commit
 from incremental_assets.lib.incremental.asset import incremental_asset
 from incremental_assets.lib.incremental.limits import RunLimits
+from incremental_assets.lib.incremental.run_plan import NOTHING_NEW
 from incremental_assets.lib.sample.stream import events_frame
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import write_events
 from incremental_assets.lib.state.store import StateStore
-from tests.pipeline.test_session_layer import FIRST_LOADS, NOW, SETTINGS, t
+from tests.pipeline.test_session_layer import FIRST_LOADS, NOW, SETTINGS, event, t
 
 FAIL_FLAG = {"fail": False}
 
@@ -111,17 +114,37 @@ def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, wareho
 
     ok, meta = run(now=now)
     assert ok and meta["new_event_limits"]["run_state"] == "standard"
-    assert meta["sessions_lifecycle_manifest"]["skipped"] == NOTHING_NEW["skipped"]
-    assert meta["events_this_run"]["skipped"] == NOTHING_NEW["skipped"]
+    assert meta["sessions_lifecycle_manifest"]["skipped"] == NOTHING_NEW
+    assert meta["events_this_run"]["skipped"] == NOTHING_NEW
     assert (meta["events_this_run"]["events_found"], meta["events_this_run"]["caught_up"]) == (0, True)
     assert meta["filtered_events"]["skipped"] == meta["sessions"]["skipped"] == "already ahead of this run's window"
     assert {table: last_commit(f"{warehouse}/{table}").version for table in tables} == versions
     assert state() == before
     assert stored_table(f"{warehouse}/events_this_run").to_pyarrow_table().num_rows == 0
 
-    ok, meta = run(now="2021-01-02T13:00:00")  # an hour later: the lookback is processed again
+
+def test_a_quiet_window_reads_nothing_moves_on_and_a_row_arriving_in_the_lookback_is_read(runner, warehouse, spark):
+    """An hour later with nothing arrived, the window (its lookback) holds only rows processed
+    already: no step reads the source, no table is written, and every asset moves on to the upper
+    limit. A row that then arrives behind the position, inside the lookback, is read by the next run."""
+    run, _ = runner
+    run(now="2021-01-02T12:00:00")
+    run(now="2021-01-02T12:00:00")
+    tables = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
+    versions = {table: last_commit(f"{warehouse}/{table}").version for table in tables}
+
+    ok, meta = run(now="2021-01-02T13:00:00")
+    quiet = meta["sessions_lifecycle_manifest"]["skipped"]
+    assert ok and quiet.startswith("quiet: nothing arrived in the source since run ")
+    assert meta["events_this_run"]["skipped"] == quiet and meta["events_this_run"]["events_found"] == 0
+    assert meta["filtered_events"]["manifest_position"] == meta["sessions"]["manifest_position"] == "2021-01-02 13:00:00"
+    assert {table: last_commit(f"{warehouse}/{table}").version for table in tables} == versions
+
+    late = events_frame(spark, [event("late", "S9", "U9", "01-02 11:00")])
+    write_events(spark, late, os.environ["INCREMENTAL_ASSETS_SOURCE"], "append")
+    ok, meta = run(now="2021-01-02T14:00:00")  # lower limit 07:00: the row lies behind 13:00, in the lookback
     assert ok and "skipped" not in meta["sessions_lifecycle_manifest"]
-    assert meta["events_this_run"]["events_found"] > 0
+    assert "late" in {row.event_id for row in read_table(spark, f"{warehouse}/filtered_events").collect()}
 
 
 def test_an_incremental_asset_alone_refuses_and_names_the_job(spark, spark_resource, warehouse):

@@ -8,9 +8,11 @@ The cursor is collector_tstamp: with it, only our pruning on the load day keeps 
 (Delta derives partition filters from predicates on load_tstamp itself, not on collector_tstamp).
 """
 
-from datetime import timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+import deltalake
+import pyarrow as pa
 import pytest
 from dagster import DagsterInstance
 from delta.tables import DeltaTable
@@ -19,10 +21,11 @@ from pyspark.sql import types as T
 
 from incremental_assets.cli.preview import preview
 from incremental_assets.cli.runner import run_incremental
+from incremental_assets.lib.delta.log import data_files
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.stream import events_frame
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.contract import SAMPLE_SCHEMA
+from incremental_assets.lib.source.contract import SAMPLE_SCHEMA, first_after
 from incremental_assets.lib.utc import utcnow
 
 OLD_DAY = (utcnow() - timedelta(days=20)).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -70,10 +73,12 @@ def lake_source(spark, warehouse, tmp_path, monkeypatch) -> str:
 def test_runs_read_only_the_load_days_their_window_can_hold(spark, warehouse, lake_source):
     instance = DagsterInstance.ephemeral()
     load(spark, lake_source, session_events("old", OLD_DAY))
-    for days_later in (1, 5):  # the load, then a quiet run days later: the position moves on to 'now'
-        run = run_incremental(SETTINGS, now=(OLD_DAY + timedelta(days=days_later)).isoformat(), instance=instance)
-        assert run.success, run.error
-        assert run.value("sessions_lifecycle_manifest", "source_read") == "the load days a window can hold (date_load_tstamp)"
+    run = run_incremental(SETTINGS, now=(OLD_DAY + timedelta(days=1)).isoformat(), instance=instance)
+    assert run.success, run.error
+    assert run.value("sessions_lifecycle_manifest", "source_read") == "the load days a window can hold (date_load_tstamp)"
+    # A quiet run days later reads nothing, and the position moves on to 'now'.
+    run = run_incremental(SETTINGS, now=(OLD_DAY + timedelta(days=5)).isoformat(), instance=instance)
+    assert run.success and run.value("sessions_lifecycle_manifest", "skipped").startswith("quiet: "), run.error
 
     # The old load day's files go (as if archived): the next window, days later, must not need them.
     old_partition = Path(lake_source) / f"date_load_tstamp={OLD_DAY.date().isoformat()}"
@@ -90,3 +95,33 @@ def test_runs_read_only_the_load_days_their_window_can_hold(spark, warehouse, la
     stored = read_table(spark, f"{warehouse}/filtered_events")
     assert sorted(r.event_id for r in stored.collect()) == ["new-0", "new-1", "new-2", "old-0", "old-1", "old-2"]
     assert stored.where(F.col("date_load_tstamp").isNull()).count() == 0, "the source's load day passes on"
+
+
+def test_where_a_quiet_window_resumes_is_read_from_the_files_that_can_hold_it(tmp_path):
+    """first_after, without a JVM: the least cursor in (after, until], read from the load days that
+    can hold it and from the files whose statistics allow it. The files of an old load day are
+    gone and a file whose cursor range lies before `after` is garbage: neither is read."""
+    uri = str(tmp_path / "events")
+    settings = IncrementalSettings(start_date="2024-03-01", source_load_date_column="load_date")
+
+    def append(*loads: str) -> None:
+        stamps = [datetime.fromisoformat(f"2024-03-{text}").replace(tzinfo=timezone.utc) for text in loads]
+        deltalake.write_deltalake(uri, pa.table({
+            "event_id": [f"e-{text}" for text in loads], "load_tstamp": pa.array(stamps, pa.timestamp("us", "UTC")),
+            "load_date": pa.array([stamp.date() for stamp in stamps], pa.date32()),
+        }), mode="append", partition_by=["load_date"])
+
+    append("01 09:00")  # an old load day
+    append("05 08:00", "05 09:00")  # wholly before `after`
+    append("05 10:00", "05 12:00", "06 07:00")
+    after = datetime(2024, 3, 5, 9, 30)
+    for file in data_files(deltalake.DeltaTable(uri)).to_pylist():
+        if file["partition.load_date"] == date(2024, 3, 1):
+            (Path(uri) / file["path"]).unlink()
+        elif file["max.load_tstamp"].replace(tzinfo=None) <= after:
+            (Path(uri) / file["path"]).write_bytes(b"not parquet")
+
+    assert first_after(uri, settings, after, datetime(2024, 3, 6)) == datetime(2024, 3, 5, 10), "after: exclusive"
+    assert first_after(uri, settings, datetime(2024, 3, 5, 10), datetime(2024, 3, 5, 12)) == datetime(2024, 3, 5, 12), \
+        "until: inclusive"
+    assert first_after(uri, settings, datetime(2024, 3, 5, 12), datetime(2024, 3, 6, 6)) is None

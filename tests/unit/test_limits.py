@@ -11,10 +11,10 @@ from incremental_assets.lib.incremental.limits import (
     RunLimits,
     RunState,
     keyhole_limits,
-    load_days,
     nothing_new,
     run_limits,
 )
+from incremental_assets.lib.source.contract import load_days
 from incremental_assets.lib.state.records import ManifestEntry
 
 START = date(2021, 1, 1)
@@ -199,3 +199,33 @@ def test_the_next_standard_lower_is_the_first_position_minus_the_lookback():
     assert next_standard_lower(entries, ["a", "b"], 6) == datetime(2021, 2, 28, 18)
     assert next_standard_lower(entries, ["a", "new"], 6) == datetime(2021, 3, 4, 18), "a new asset has no position"
     assert next_standard_lower({}, ["a"], 6) is None
+
+
+def test_a_quiet_window_repeats_a_successful_run_that_moved_every_asset_over_the_same_source_version():
+    from incremental_assets.lib.delta.log import Snapshot
+    from incremental_assets.lib.incremental.run_plan import RunPlan, plan_table, repeated_run
+
+    source = Snapshot("table-1", 7, datetime(2021, 6, 1, 11))
+    standard = RunLimits(RunState.STANDARD, datetime(2021, 6, 1, 6), NOW, NOW)
+
+    def plan(run_id, models=("a", "b"), version=7, table_id="table-1", state=RunState.STANDARD):
+        earlier = RunLimits(state, datetime(2021, 6, 1), datetime(2021, 6, 1, 11), datetime(2021, 6, 1, 11))
+        return plan_table(RunPlan(earlier, run_id, models, source=replace(source, version=version, table_id=table_id))).to_pylist()[0]
+
+    def log(*finished):
+        records = {run: [(run, "a", "Processing"), (run, "a", status)] for run, status in finished}
+        moment = datetime(2021, 6, 1)
+        return lambda run: [dict(zip(("run_id", "asset", "status"), r), recorded_at=moment + timedelta(seconds=i), pid=None,
+                                 host=None) for i, r in enumerate(records.get(run, []))]
+
+    ok = log(("r1", "Processed"))
+    assert repeated_run(standard, ("a", "b"), source, [plan("r1")], ok) == "r1"
+    assert repeated_run(standard, ("a",), source, [plan("r1")], ok) == "r1", "it moved a superset"
+    assert repeated_run(standard, ("a", "b"), source, [plan("r1")], log(("r1", "Failed"))) is None
+    assert repeated_run(standard, ("a", "b"), source, [plan("r1", version=6)], ok) is None, "rows arrived since"
+    assert repeated_run(standard, ("a", "b"), source, [plan("r1", table_id="other")], ok) is None, "another source table"
+    assert repeated_run(standard, ("a", "b", "c"), source, [plan("r1")], ok) is None, "c was not moved by it"
+    assert repeated_run(standard, ("a", "b"), source, [plan("r1", state=RunState.KEYHOLE)], ok) is None, "a keyhole moves nothing"
+    assert repeated_run(standard, ("a", "b"), source, [plan("r0", version=6), plan("r1")], ok) == "r1"
+    out_of_sync = replace(standard, state=RunState.OUT_OF_SYNC)
+    assert repeated_run(out_of_sync, ("a", "b"), source, [plan("r1")], ok) is None, "only a standard window is quiet"

@@ -21,15 +21,22 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import SparkSession
 
 from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_LIMITS
-from incremental_assets.lib.delta.log import read_rows, snapshot, stored_table
+from incremental_assets.lib.delta.log import Snapshot, read_rows, snapshot, stored_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.asset import incremental_models_in_run
 from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
-from incremental_assets.lib.incremental.run_plan import RunPlan, last_assessed, run_arrival_bounds, waiting_behind_cursor
+from incremental_assets.lib.incremental.run_plan import (
+    Quiet,
+    RunPlan,
+    last_assessed,
+    repeated_run,
+    run_arrival_bounds,
+    waiting_behind_cursor,
+)
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.contract import SourceContractError, arrived_since, require_processable
+from incremental_assets.lib.source.contract import SourceContractError, arrived_since, first_after, require_processable
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.records import ManifestEntry
@@ -68,12 +75,12 @@ def decide_limits(
 
 def plan_run(
     run_id: str, limits: RunLimits, settings: IncrementalSettings, entries: Mapping[str, ManifestEntry],
-    models: list[str], source: str, plans: list[dict] | None,
+    models: list[str], source: str, plans: list[dict] | None, state: StateStore,
 ) -> tuple[RunPlan, str | None]:
-    """The run's plan: its limits, its incremental assets with their manifest rows, and the rows
-    added to the source since the version the last run assessed (`plans`: the rows of
-    new_event_limits). A warehouse whose runs recorded none (it predates this record, or its source
-    table is another one now) starts counting from here: the note says so."""
+    """The run's plan: its limits, its incremental assets with their manifest rows, the rows added
+    to the source since the version the last run assessed (`plans`: the rows of new_event_limits),
+    and whether its window is quiet. A warehouse whose runs recorded none (it predates this
+    record, or its source table is another one now) starts counting from here: the note says so."""
     decided = RunPlan(limits, run_id, tuple(models), {model: entries[model] for model in models if model in entries})
     now = snapshot(stored_table(source))  # there: require_processable found it
     since = last_assessed(plans, now.table_id)
@@ -81,7 +88,25 @@ def plan_run(
         return replace(decided, source=now), f"Rows arriving in the source are counted from its version {now.version} on"
     bounds = run_arrival_bounds(limits, settings.start, next_standard_lower(entries, models, settings.lookback_window_hours))
     assessed, arrivals = arrived_since(source, since, bounds, settings.session_timestamp)
-    return replace(decided, source=assessed, arrivals=arrivals), None
+    quiet = None if decided.nothing_new else quiet_window(decided, assessed, plans, source, settings, state)
+    return replace(decided, source=assessed, arrivals=arrivals, quiet=quiet), None
+
+
+def quiet_window(
+    plan: RunPlan, source: Snapshot, plans: list[dict] | None, uri: str, settings: IncrementalSettings, state: StateStore,
+) -> Quiet | None:
+    """Whether a standard window holds nothing new (see Quiet): a successful run processed this
+    very source version, and no row lies past what every asset processed (its last_success, not its
+    position: an asset that moved on past a gap stands on the next event, unprocessed) up to the
+    upper limit. The files' statistics say so; a few files are read at most, without a JVM."""
+    processed = [entry.last_success for entry in plan.entries.values()]
+    if None in processed:
+        return None
+    repeated = repeated_run(plan.limits, plan.models, source, plans, lambda run: state.run_log(run_id=run))
+    if repeated is None:
+        return None
+    next_event = first_after(uri, settings, min(processed), plan.limits.now)
+    return Quiet(repeated, next_event) if next_event is None or next_event > plan.limits.upper else None
 
 
 def require_identifier_sql(spark: SparkSession, uri: str, settings: IncrementalSettings) -> None:
@@ -121,9 +146,11 @@ def new_event_limits(
         context.log.info(line)
     start_writing(context, settings, state, (limits.lower, limits.upper))  # refused while a plan is pending; the lease
     plans = read_rows(table_uri(NEW_EVENT_LIMITS))
-    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source_table_uri(), plans)
+    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source_table_uri(), plans, state)
     if note:
         context.log.info(note)
+    if plan.quiet is not None:
+        context.log.info(f"Nothing new in the window: the source is as run {plan.quiet.after_run} processed it. No step reads it")
     if plan.arrivals.skipped():
         context.log.warning(f"Rows read by no window of the incremental cursor: {plan.arrivals.skipped()}")
     return Output(

@@ -70,9 +70,6 @@ def source_read(source: DataFrame, settings: IncrementalSettings) -> str:
     return f"whole: the source has no {wanted} column (set source_load_date_column to its load-day column)"
 
 
-NOTHING_NEW = {"skipped": "every incremental asset of the run is at or past its upper limit: nothing new to process"}
-
-
 @spark_delta_asset(
     name=LIFECYCLE,
     ins={"plan": AssetIn(NEW_EVENT_LIMITS)},
@@ -85,8 +82,8 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     """Hands on, with its rows, the first start day of the rows the window touched (changed, or
     found at their cap): the batch quarantines the sessions at their cap from there."""
     limits = plan.limits
-    if plan.nothing_new:  # every incremental asset of the run is past its window: no read
-        yield Output(Rows(None), metadata=NOTHING_NEW)
+    if plan.reads_nothing:  # nothing new, or a quiet window: no read
+        yield Output(Rows(None), metadata={"skipped": plan.why_nothing_read})
         return
     session = spark.spark_session
     ts = settings.session_timestamp
@@ -181,10 +178,10 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
     ts = settings.session_timestamp
     # as the lifecycle step judged the window's events: before this step quarantines more sessions
     quarantined = read_or_empty(spark.spark_session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
-    idle = plan.nothing_new
+    idle = plan.reads_nothing
     until = None if limits.moves_manifest else limits.now  # a keyhole: its sessions whole
     active = T.sessions_this_run(lifecycle.frame, limits.lower, limits.upper, settings.max_session_days, until)
-    if idle:  # an empty batch, and no event after the window: its upper limit is 'now' (see nothing_new)
+    if idle:  # an empty batch
         active, span = active.where(F.lit(False)), T.NO_SESSIONS
     else:
         active = active.cache()
@@ -224,11 +221,14 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
         if window is not None:  # no session of the run: an eligible event of its window is beyond its cap
             beyond = T.within_window(candidates, ts, window).count()
             found = Found(0, None, 0, WindowRows(0, beyond, 0))
-    next_event = None if idle else T.next_event_after(source, settings, limits.upper, limits.now)
+    if idle:  # nothing new: no asset moves; quiet: each moves on to the next event the plan found
+        next_event = plan.quiet and plan.quiet.next_event
+    else:
+        next_event = T.next_event_after(source, settings, limits.upper, limits.now)
     yield Output(
         RunBatch(events.drop(T.COPIES), limits, next_event, found, ts, plan.run_id),
         EVENTS_THIS_RUN,
-        metadata={"sessions_this_run": span["sessions"], **(NOTHING_NEW if idle else {})},
+        metadata={"sessions_this_run": span["sessions"], **({"skipped": plan.why_nothing_read} if idle else {})},
     )
     active.unpersist()
     for cached in (duplicated, capped_earlier):

@@ -37,6 +37,8 @@ from pyarrow.parquet import filters_to_expression
 from incremental_assets.lib.delta.spec import Window
 
 EPOCH = datetime(1970, 1, 1)
+# Delta keeps timestamp statistics to the millisecond: a file's maximum may hide up to this much more.
+STATISTICS_SLACK = timedelta(microseconds=999)
 # The actions a commit file holds, one a line (Delta protocol); a line of none of them is no commit.
 DELTA_ACTIONS = {"add", "remove", "metaData", "protocol", "commitInfo", "txn", "cdc", "domainMetadata"}
 

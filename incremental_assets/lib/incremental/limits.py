@@ -91,13 +91,6 @@ def keyhole_limits(lower: datetime, upper: datetime, now: datetime) -> RunLimits
     return RunLimits(RunState.KEYHOLE, lower, upper, now)
 
 
-def load_days(cursor: str, lower: datetime, upper: datetime) -> tuple[date, date | None]:
-    """The source's load days [first, last] that can hold a row with lower <= cursor <= upper; last
-    None: open-ended. No row is loaded before the day of its cursor (collector_tstamp <= load_tstamp),
-    and with the load_tstamp cursor the upper limit's day bounds them too."""
-    return lower.date(), upper.date() if cursor == "load_tstamp" else None
-
-
 def ahead_of(limits: RunLimits, entry: ManifestEntry | None) -> bool:
     """Whether an asset at `entry` has nothing new in the window: it is at or past the upper limit.
     A keyhole backfill processes its window wherever the manifest stands."""

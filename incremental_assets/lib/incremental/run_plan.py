@@ -40,8 +40,25 @@ LIMITS_SCHEMA = pa.schema(
      ("incremental_assets", pa.string()), ("entries", pa.string()),
      # the source version this run assessed, and the rows that arrived in it since the last one
      ("source_table_id", pa.string()), ("source_version", pa.int64()), ("source_committed_at", UTC_TIMESTAMP),
-     ("arrivals", pa.string()), ("behind_from", UTC_TIMESTAMP), ("behind_to", UTC_TIMESTAMP)]
+     ("arrivals", pa.string()), ("behind_from", UTC_TIMESTAMP), ("behind_to", UTC_TIMESTAMP),
+     # a quiet window: the run whose processing it would only repeat, and where its assets resume
+     ("quiet_after_run", pa.string()), ("quiet_next_event", UTC_TIMESTAMP)]
 )
+
+
+NOTHING_NEW = "every incremental asset of the run is at or past its upper limit: nothing new to process"
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A standard window that holds nothing new. The source is the version run `after_run`
+    assessed, and that run processed its window whole and moved the manifest of every asset of
+    this run: every row this window holds was processed then. No row lies past what each asset
+    processed (its last_success) up to the upper limit either. The run reads nothing; its assets move on to
+    `next_event` (the first row after the window, up to now), or to the upper limit (None)."""
+
+    after_run: str
+    next_event: datetime | None
 
 
 @dataclass(frozen=True)
@@ -57,11 +74,23 @@ class RunPlan:
     entries: Mapping[str, ManifestEntry] = field(default_factory=dict)
     source: Snapshot | None = None
     arrivals: Arrivals = NOTHING_ARRIVED
+    quiet: Quiet | None = None
 
     @property
     def nothing_new(self) -> bool:
         """Every incremental asset of the run is past its window: no step has anything to compute."""
         return nothing_new(self.limits, self.entries, self.models)
+
+    @property
+    def reads_nothing(self) -> bool:
+        """No step reads the source: nothing is new, or the window is quiet (its assets still move on)."""
+        return self.nothing_new or self.quiet is not None
+
+    @property
+    def why_nothing_read(self) -> str:
+        if self.nothing_new or self.quiet is None:
+            return NOTHING_NEW
+        return f"quiet: nothing arrived in the source since run {self.quiet.after_run} processed this window"
 
 
 class PlanHandler:
@@ -116,6 +145,8 @@ def plan_table(plan: RunPlan) -> pa.Table:
         "source_committed_at": source and aware(source.committed_at),
         "arrivals": json.dumps({arrival.value: n for arrival, n in arrivals.counts.items()}),
         "behind_from": aware(arrivals.behind_from), "behind_to": aware(arrivals.behind_to),
+        "quiet_after_run": plan.quiet and plan.quiet.after_run,
+        "quiet_next_event": plan.quiet and aware(plan.quiet.next_event),
     }
     return pa.Table.from_pylist([row], LIMITS_SCHEMA)
 
@@ -128,9 +159,10 @@ def plan_from_row(row: Mapping[str, Any]) -> RunPlan:
     counts = {Arrival(k): v for k, v in json.loads(row.get("arrivals") or "{}").items()}
     entries = {model: ManifestEntry(model, *(_moment(values.get(k)) for k in ("last_success", "last_upper", "first_success")))
                for model, values in json.loads(row.get("entries") or "{}").items()}
+    quiet = Quiet(row["quiet_after_run"], naive(row.get("quiet_next_event"))) if row.get("quiet_after_run") else None
     return RunPlan(
         limits, row["run_id"], tuple(json.loads(row.get("incremental_assets") or "[]")), entries, source,
-        Arrivals(counts, naive(row.get("behind_from")), naive(row.get("behind_to"))),
+        Arrivals(counts, naive(row.get("behind_from")), naive(row.get("behind_to"))), quiet,
     )
 
 
@@ -152,6 +184,24 @@ def waiting_behind_cursor(plans: list[Mapping[str, Any]] | None, run_log: Callab
     if not any(c.arrivals[Arrival.BEHIND] or c.arrivals[Arrival.IN_KEYHOLE] for c in counted):
         return []
     return stranded(counted, succeeded(run_log_record(row) for row in run_log()))
+
+
+def repeated_run(
+    limits: RunLimits, models: tuple[str, ...], source: Snapshot, rows: list[Mapping[str, Any]] | None,
+    run_log: Callable[[str], list[dict]],
+) -> str | None:
+    """A successful run whose processing this standard window would only repeat (None: none): it
+    assessed the source at this very version and moved the manifest of every asset of this run.
+    Rows arrive only with a new version, so each row this window holds (it starts no earlier than
+    that run's) was processed by that run or before it. `rows`: new_event_limits; `run_log` of a run."""
+    if limits.state is not RunState.STANDARD:
+        return None
+    candidates = [
+        plan.run_id for plan in (plan_from_row(row) for row in rows or [])
+        if plan.limits.moves_manifest and plan.source is not None and set(models) <= set(plan.models)
+        and (plan.source.table_id, plan.source.version) == (source.table_id, source.version)
+    ]
+    return next((run for run in candidates if run in succeeded(map(run_log_record, run_log(run)))), None)
 
 
 def last_assessed(rows: list[Mapping[str, Any]] | None, table_id: str) -> Snapshot | None:

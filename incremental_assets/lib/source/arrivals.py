@@ -135,7 +135,7 @@ def count_arrow(ts: pa.Array, bounds: ArrivalBounds) -> Arrivals:
     unclassified = pa.array([True] * len(ts), pa.bool_())
     counts, behind = {}, None
     for arrival, test, moments in bounds.rule():
-        condition = ARROW_TESTS[test](ts, *(_scalar(moment, ts.type) for moment in moments))
+        condition = ARROW_TESTS[test](ts, *(as_scalar(moment, ts.type) for moment in moments))
         chosen = pc.and_(unclassified, pc.fill_null(condition, False))
         counts[arrival] = pc.sum(chosen).as_py() or 0
         if arrival is Arrival.BEHIND:
@@ -153,7 +153,7 @@ def total(parts: Iterable[Arrivals]) -> Arrivals:
     return result
 
 
-def _scalar(moment: datetime, kind: pa.DataType) -> pa.Scalar:
+def as_scalar(moment: datetime, kind: pa.DataType) -> pa.Scalar:
     """A naive UTC datetime as a scalar of the array's timestamp type (zoned or not)."""
     return pa.scalar(moment, pa.timestamp("us")).cast(pa.timestamp(kind.unit)).cast(kind)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.log import (
+    STATISTICS_SLACK,
     AddedFile,
     Commit,
     Snapshot,
@@ -30,11 +31,14 @@ from incremental_assets.lib.source.arrivals import (
     Arrivals,
     Origin,
     all_of,
+    as_scalar,
     count_arrow,
     origin_by_metrics,
     origin_of_added,
     total,
 )
+
+from incremental_assets.lib.utc import naive
 
 if TYPE_CHECKING:
     from incremental_assets.lib.settings import IncrementalSettings
@@ -180,7 +184,7 @@ def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, curso
         if added.rows is not None and nulls == added.rows:
             arrival = Arrival.NULL_CURSOR
         elif added.rows is not None and nulls == 0 and low is not None and high is not None:
-            arrival = bounds.reason_of_range(low, high + timedelta(microseconds=999))
+            arrival = bounds.reason_of_range(low, high + STATISTICS_SLACK)
         if arrival is None or arrival is Arrival.BEHIND:  # behind: its exact range is wanted
             unread.append(added)
         else:
@@ -189,6 +193,50 @@ def arrived_since(uri: str, since: Snapshot | None, bounds: ArrivalBounds, curso
     if unread:
         read = count_arrow(read_columns(uri, [f.path for f in unread], [cursor]).column(cursor).combine_chunks(), bounds)
     return now, total(judged) + read + _new_rows(uri, mixed, copied, bounds, cursor)
+
+
+def load_days(cursor: str, lower: datetime, upper: datetime) -> tuple[date, date | None]:
+    """The source's load days [first, last] that can hold a row with lower <= cursor <= upper; last
+    None: open-ended. No row is loaded before the day of its cursor (collector_tstamp <= load_tstamp),
+    and with the load_tstamp cursor the upper limit's day bounds them too."""
+    return lower.date(), upper.date() if cursor == "load_tstamp" else None
+
+
+def loaded_between(load_day: str, first_day: date, last_day: date | None) -> pc.Expression:
+    """transforms.sessions._loaded as an Arrow filter: on a partition column it prunes files."""
+    day = pc.field(load_day)
+    loaded = day >= pa.scalar(first_day, pa.date32())
+    if last_day is not None:
+        loaded = loaded & (day <= pa.scalar(last_day, pa.date32()))
+    return loaded | day.is_null()
+
+
+def first_after(uri: str, settings: IncrementalSettings, after: datetime, until: datetime) -> datetime | None:
+    """The least cursor value in (after, until] among the source's rows (None: none), without a
+    JVM. Only the files that can hold one are read, the cursor column alone: those of the load days
+    that can hold it whose statistics allow it (none, when no row arrived past `after`)."""
+    cursor, days = settings.session_timestamp, load_days(settings.session_timestamp, after, until)
+    files = data_files(stored_table(uri)).to_pylist()
+    maybe = [f["path"] for f in files if _may_hold(f, cursor, settings.source_load_date_column, (after, until), days)]
+    if not maybe:
+        return None
+    values = read_columns(uri, maybe, [cursor]).column(cursor)
+    inside = pc.and_(pc.greater(values, as_scalar(after, values.type)), pc.less_equal(values, as_scalar(until, values.type)))
+    return naive(pc.min(pc.filter(values, inside)).as_py())
+
+
+def _may_hold(file: dict, cursor: str, load_day: str, window: tuple[datetime, datetime], days: tuple[date, date | None]) -> bool:
+    """Whether a data file (a row of data_files) may hold a cursor in (after, until]: its
+    statistics, and its load days (partition value or statistics), do not rule it out."""
+    if file.get("num_records") is not None and file.get(f"null_count.{cursor}") == file["num_records"]:
+        return False
+    (after, until), (first_day, last_day) = window, days
+    low, high = naive(file.get(f"min.{cursor}")), naive(file.get(f"max.{cursor}"))
+    if (high is not None and high + STATISTICS_SLACK <= after) or (low is not None and low > until):
+        return False
+    day = file.get(f"partition.{load_day}")
+    earliest, latest = (day, day) if day is not None else (file.get(f"min.{load_day}"), file.get(f"max.{load_day}"))
+    return not ((latest is not None and latest < first_day) or (last_day is not None and earliest is not None and earliest > last_day))
 
 
 def _arrived_files(uri: str, commits: list[Commit]) -> tuple[list[tuple[AddedFile, Origin]], list[pa.Array]]:

@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.incremental.limits import load_days
+from incremental_assets.lib.source.contract import load_days
 from incremental_assets.lib.settings import IncrementalSettings
 
 SESSION = "session_identifier"

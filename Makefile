@@ -35,9 +35,10 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
 # Not part of make test: what runs cost on this machine (BENCH_SIZE=full goes bigger). Writes
-# benchmarks/results.md and benchmarks/results.json.
+# benchmarks/results.md and benchmarks/results.json; BENCH_ONLY=steady_state (or big_window,
+# first_backfill) measures that part again and keeps the others.
 bench: setup
-	$(BIN)/python benchmarks/bench.py --size $(or $(BENCH_SIZE),small)
+	$(BIN)/python benchmarks/bench.py --size $(or $(BENCH_SIZE),small) $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 
 # 50 small runs, then the maintenance job: files, read times and rows before and after
 # (benchmarks/results/maintenance.json).

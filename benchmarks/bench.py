@@ -357,28 +357,43 @@ def write_results(results: dict, command: str) -> None:
     write_report(json.loads(text), command, HERE)
 
 
+PARTS = {"steady_state": steady_state, "big_window": big_window, "first_backfill": first_backfill}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--only", choices=sorted(PARTS),
+                        help="measure this part again, at the size of results.json, and keep the others there")
     args = parser.parse_args()
     size = SIZES[args.size]
-    results = {
-        "machine": f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "measured_at": datetime.now().isoformat(timespec="seconds"),
-        "engine": f"Spark {pyspark.__version__} with Delta {DELTA_VERSION}",
-        "size": {"name": args.size, **asdict(size), "reps": args.reps},
-        "spark_start_seconds": round(cold_spark_start_seconds(), 2),
-    }
+    now = datetime.now().isoformat(timespec="seconds")
+    if args.only:
+        results = json.loads((HERE / "results.json").read_text())
+        if results["size"]["name"] != args.size:
+            parser.error(f"results.json holds the {results['size']['name']} size: measure {args.only} again at that size")
+        results.setdefault("measured_again", {})[args.only] = {"measured_at": now, "reps": args.reps}
+    else:
+        results = {
+            "machine": f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            "measured_at": now,
+            "engine": f"Spark {pyspark.__version__} with Delta {DELTA_VERSION}",
+            "size": {"name": args.size, **asdict(size), "reps": args.reps},
+            "spark_start_seconds": round(cold_spark_start_seconds(), 2),
+        }
     with tempfile.TemporaryDirectory(prefix="incremental-assets-bench-") as root:
         bench = Bench(Path(root), args.reps)
-        for name, measure in (("steady_state", steady_state), ("big_window", big_window), ("first_backfill", first_backfill)):
+        for name, measure in PARTS.items():
+            if args.only not in (None, name):
+                continue
             started = time.perf_counter()
             results[name] = measure(bench, size)
             print(f"{name}: {time.perf_counter() - started:.0f}s\n{json.dumps(results[name], indent=2, default=str)}", flush=True)
-        results["memory"] = memory(bench)
+        if not args.only:
+            results["memory"] = memory(bench)
+            print(json.dumps(results["memory"]))
     write_results(results, "make bench" + ("" if args.size == "small" else f" BENCH_SIZE={args.size}"))
-    print(json.dumps(results["memory"]))
 
 
 if __name__ == "__main__":

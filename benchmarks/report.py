@@ -39,6 +39,12 @@ def write_report(results: dict, command: str, out_dir: Path) -> None:
     (out_dir / "results.md").write_text("\n".join(markdown(results, command)) + "\n")
 
 
+def measured_again(results: dict) -> str:
+    """The parts measured again since (`make bench BENCH_ONLY=part`), and when."""
+    again = results.get("measured_again") or {}
+    return "".join(f"; `{part}` again on {m['measured_at']} ({m['reps']} repetitions)" for part, m in again.items())
+
+
 def histories(results: dict) -> dict[int, dict]:
     found = results["steady_state"]["histories"]
     return {days: found[f"{days}_days"] for days in results["size"]["histories"]}
@@ -54,7 +60,7 @@ def markdown(results: dict, command: str) -> list[str]:
         "",
         f"Command: `{command}`  ",
         f"Machine: {results['machine']}  ",
-        f"Measured: {results['measured_at']}  ",
+        f"Measured: {results['measured_at']}{measured_again(results)}  ",
         f"Engine: {results['engine']} (other pairs measured against it: [engine.md](engine.md))  ",
         (
             f"Size: {size['name']}: {size['events_per_day']:,} events a day, histories of "

@@ -45,6 +45,8 @@ MAINTENANCE_JOB = "maintenance_job"
 INCREMENTAL_TAG = "incremental_assets/incremental"
 # A keyhole run the source sensor requests for rows behind the cursor: its range.
 KEYHOLE_TAG = "incremental_assets/keyhole"
+# A run the warm worker executes (lib/worker.py): the worker's host:pid, which outlives the run.
+WORKER_TAG = "incremental_assets/worker"
 # Every asset that writes the warehouse is in this concurrency pool (lib/assets.py), whichever job
 # or surface runs it: the run queue starts one such run at a time (dagster.yaml: pools at run
 # granularity, limit 1). Outside the queue (an in-process run), the run log's lease refuses a

@@ -24,9 +24,9 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, Worke
 from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
 from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.state.hooks import process_exists
 
-WORKER_TAG = "incremental_assets/worker"
 ADDRESS_FILE = "worker.json"
 PACKAGE = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ from dagster import DagsterInstance, DagsterRun
 from dagster._core.launcher import WorkerStatus
 
 from incremental_assets.cli.serve import Worker
-from incremental_assets.lib.worker import WORKER_TAG, WarmRunLauncher, address_file, hand_over, serving
+from incremental_assets.lib.catalog import WORKER_TAG
+from incremental_assets.lib.worker import WarmRunLauncher, address_file, hand_over, serving
 
 
 @pytest.fixture

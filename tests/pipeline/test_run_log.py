@@ -20,6 +20,7 @@ from incremental_assets.lib import environment
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.run_log import (
     FAILED,
@@ -80,22 +81,32 @@ def test_the_lease_is_refused_while_its_holder_lives_then_recovered(warehouse):
     assert main(["resolve", "nobody"]) == 2  # a failure the user can act on: one error line, exit 2
 
 
-def test_a_lease_is_alive_while_its_run_is_live_and_its_process_exists():
+def test_a_lease_is_alive_while_its_process_exists_or_for_a_worker_run_while_the_instance_says_live():
+    """Finding: run monitoring marked a live run failed, and the next writer, trusting the
+    instance, took the lease while that run's process was still writing."""
     instance = DagsterInstance.ephemeral()
     here = __import__("socket").gethostname()
-    for run_id, status in (("live", DagsterRunStatus.STARTED), ("failed", DagsterRunStatus.FAILURE)):
-        instance.add_run(DagsterRun(job_name="incremental_job", run_id=run_id, status=status))
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker = {WORKER_TAG: f"{here}:{holder.pid}"}
+    for run_id, status, tags in (("live", DagsterRunStatus.STARTED, {}), ("failed", DagsterRunStatus.FAILURE, {}),
+                                 ("in-worker", DagsterRunStatus.STARTED, worker),
+                                 ("ended-in-worker", DagsterRunStatus.CANCELED, worker),
+                                 ("elsewhere-ended", DagsterRunStatus.FAILURE, {})):
+        instance.add_run(DagsterRun(job_name="incremental_job", run_id=run_id, status=status, tags=tags))
     try:
         alive = alive_in(instance)
         assert alive(Record("live", "a", PROCESSING, T0, holder.pid, here))
-        assert not alive(Record("failed", "a", PROCESSING, T0, holder.pid, here))  # the instance says it ended
+        assert alive(Record("failed", "a", PROCESSING, T0, holder.pid, here)), "its process may still write"
+        assert alive(Record("in-worker", "a", PROCESSING, T0, holder.pid, here))
+        assert not alive(Record("ended-in-worker", "a", PROCESSING, T0, holder.pid, here)), "the worker outlives its runs"
         assert not alive(Record("live", "a", PROCESSING, T0, os.getpid(), here))  # an older run of this process
         assert alive(Record("unknown", "a", PROCESSING, T0, 1, "another-host"))  # only an operator can tell
+        assert not alive(Record("elsewhere-ended", "a", PROCESSING, T0, 1, "another-host"))  # the instance says it ended
     finally:
         holder.kill()
         holder.wait()
     assert not alive(Record("live", "a", PROCESSING, T0, holder.pid, here))  # killed: its run is gone
+    assert not alive(Record("in-worker", "a", PROCESSING, T0, holder.pid, here))
 
 
 def test_a_second_writer_is_refused_with_the_holders_name_until_the_holder_is_gone(spark, warehouse):

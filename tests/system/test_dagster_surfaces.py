@@ -20,7 +20,7 @@ from dagster._core.execution.backfill import PartitionBackfill
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
 from incremental_assets.definitions import build_definitions
-from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, KEYHOLE_TAG, WAREHOUSE_POOL
+from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, KEYHOLE_TAG, WAREHOUSE_POOL, WORKER_TAG
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
@@ -28,7 +28,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from incremental_assets.lib.worker import WORKER_TAG, serving
+from incremental_assets.lib.worker import serving
 from tests.warehouse_tables import sample_source, scenario_environment
 
 BIN = Path(sys.executable).parent

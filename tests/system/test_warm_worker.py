@@ -21,7 +21,8 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from incremental_assets.lib.worker import WORKER_TAG, WarmRunLauncher, serving
+from incremental_assets.lib.catalog import WORKER_TAG
+from incremental_assets.lib.worker import WarmRunLauncher, serving
 from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 

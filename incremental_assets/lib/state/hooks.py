@@ -18,6 +18,7 @@ from dagster import (
     success_hook,
 )
 
+from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
 from incremental_assets.lib.state.run_log import PROCESSED, Record
 from incremental_assets.lib.state.store import StateStore
@@ -26,17 +27,22 @@ LIVE = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.
 
 
 def alive_in(instance: DagsterInstance) -> Callable[[Record], bool]:
-    """Whether a lease's run may still be writing: the Dagster instance says it is live, and, on
-    this machine, its process exists (a killed process leaves its run 'started' forever)."""
+    """Whether a lease's run may still be writing. On this machine its process is asked first: a
+    killed process leaves its run 'started' forever, and a process the instance calls ended (run
+    monitoring's verdict, a terminate still unwinding) may still write. A run's own process that
+    exists is alive whatever the instance says; the warm worker outlives its runs, so for its runs,
+    as for another machine's, the instance's status decides."""
 
     def alive(record: Record) -> bool:
         run = instance.get_run_by_id(record.run_id)
-        if run is not None and run.status not in LIVE:
-            return False
         if record.host == socket.gethostname() and record.pid is not None:
             # This very process runs one run at a time: an older lease of its own is over.
-            return record.pid != os.getpid() and process_exists(record.pid)
-        return True  # another machine's run that this instance does not know: only an operator can tell
+            if record.pid == os.getpid() or not process_exists(record.pid):
+                return False
+            if run is None or WORKER_TAG not in run.tags:
+                return True
+        # Another machine's run that this instance does not know: only an operator can tell.
+        return run is None or run.status in LIVE
 
     return alive
 

@@ -124,25 +124,32 @@ def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, wareho
 
 
 def test_a_quiet_window_reads_nothing_moves_on_and_a_row_arriving_in_the_lookback_is_read(runner, warehouse, spark):
-    """An hour later with nothing arrived, the window (its lookback) holds only rows processed
-    already: no step reads the source, no table is written, and every asset moves on to the upper
-    limit. A row that then arrives behind the position, inside the lookback, is read by the next run."""
-    run, _ = runner
-    run(now="2021-01-02T12:00:00")
-    run(now="2021-01-02T12:00:00")
+    """An hour later with nothing arrived, the window (its lookback) holds only rows read already:
+    no step reads the source, no table is written, and every asset moves on to the upper limit.
+    The last row read was dropped (a null event_id), so it lies past what the assets processed, and
+    the window is quiet all the same. A row that then arrives behind the position, inside the
+    lookback, is read by the next run."""
+    run, state = runner
+    dropped = events_frame(spark, [event(None, "S8", "U8", "01-02 12:15")])
+    write_events(spark, dropped, os.environ["INCREMENTAL_ASSETS_SOURCE"], "append")
+    run(now="2021-01-02T12:30:00")  # up to 01-02 00:00 (backfill_limit_days 1)
+    run(now="2021-01-02T12:30:00")  # up to 12:00
+    ok, meta = run(now="2021-01-02T12:30:00")  # 12:00 to 12:30 holds the dropped row alone
+    assert ok and meta["sessions_lifecycle_manifest"]["dropped_null_event_id"] == 1
+    assert set(state().values()) == {t("01-02 12:00")}, "b2, the last event processed"
     tables = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
     versions = {table: last_commit(f"{warehouse}/{table}").version for table in tables}
 
-    ok, meta = run(now="2021-01-02T13:00:00")
+    ok, meta = run(now="2021-01-02T13:30:00")
     quiet = meta["sessions_lifecycle_manifest"]["skipped"]
     assert ok and quiet.startswith("quiet: nothing arrived in the source since run ")
     assert meta["events_this_run"]["skipped"] == quiet and meta["events_this_run"]["events_found"] == 0
-    assert meta["filtered_events"]["manifest_position"] == meta["sessions"]["manifest_position"] == "2021-01-02 13:00:00"
+    assert meta["filtered_events"]["manifest_position"] == meta["sessions"]["manifest_position"] == "2021-01-02 13:30:00"
     assert {table: last_commit(f"{warehouse}/{table}").version for table in tables} == versions
 
     late = events_frame(spark, [event("late", "S9", "U9", "01-02 11:00")])
     write_events(spark, late, os.environ["INCREMENTAL_ASSETS_SOURCE"], "append")
-    ok, meta = run(now="2021-01-02T14:00:00")  # lower limit 07:00: the row lies behind 13:00, in the lookback
+    ok, meta = run(now="2021-01-02T14:00:00")  # lower limit 07:30: the row lies behind 13:30, in the lookback
     assert ok and "skipped" not in meta["sessions_lifecycle_manifest"]
     assert "late" in {row.event_id for row in read_table(spark, f"{warehouse}/filtered_events").collect()}
 

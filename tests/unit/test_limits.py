@@ -208,8 +208,8 @@ def test_a_quiet_window_repeats_a_successful_run_that_moved_every_asset_over_the
     source = Snapshot("table-1", 7, datetime(2021, 6, 1, 11))
     standard = RunLimits(RunState.STANDARD, datetime(2021, 6, 1, 6), NOW, NOW)
 
-    def plan(run_id, models=("a", "b"), version=7, table_id="table-1", state=RunState.STANDARD):
-        earlier = RunLimits(state, datetime(2021, 6, 1), datetime(2021, 6, 1, 11), datetime(2021, 6, 1, 11))
+    def plan(run_id, models=("a", "b"), version=7, table_id="table-1", state=RunState.STANDARD, upper=11):
+        earlier = RunLimits(state, datetime(2021, 6, 1), datetime(2021, 6, 1, upper), datetime(2021, 6, 1, upper))
         return plan_table(RunPlan(earlier, run_id, models, source=replace(source, version=version, table_id=table_id))).to_pylist()[0]
 
     def log(*finished):
@@ -218,14 +218,22 @@ def test_a_quiet_window_repeats_a_successful_run_that_moved_every_asset_over_the
         return lambda run: [dict(zip(("run_id", "asset", "status"), r), recorded_at=moment + timedelta(seconds=i), pid=None,
                                  host=None) for i, r in enumerate(records.get(run, []))]
 
-    ok = log(("r1", "Processed"))
-    assert repeated_run(standard, ("a", "b"), source, [plan("r1")], ok) == "r1"
-    assert repeated_run(standard, ("a",), source, [plan("r1")], ok) == "r1", "it moved a superset"
+    def run_id(found):
+        return found and found.run_id
+
+    ok = log(("r1", "Processed"), ("r2", "Processed"))
+    assert run_id(repeated_run(standard, ("a", "b"), source, [plan("r1")], ok)) == "r1"
+    assert run_id(repeated_run(standard, ("a",), source, [plan("r1")], ok)) == "r1", "it moved a superset"
     assert repeated_run(standard, ("a", "b"), source, [plan("r1")], log(("r1", "Failed"))) is None
     assert repeated_run(standard, ("a", "b"), source, [plan("r1", version=6)], ok) is None, "rows arrived since"
     assert repeated_run(standard, ("a", "b"), source, [plan("r1", table_id="other")], ok) is None, "another source table"
     assert repeated_run(standard, ("a", "b", "c"), source, [plan("r1")], ok) is None, "c was not moved by it"
     assert repeated_run(standard, ("a", "b"), source, [plan("r1", state=RunState.KEYHOLE)], ok) is None, "a keyhole moves nothing"
-    assert repeated_run(standard, ("a", "b"), source, [plan("r0", version=6), plan("r1")], ok) == "r1"
+    assert run_id(repeated_run(standard, ("a", "b"), source, [plan("r0", version=6), plan("r1")], ok)) == "r1"
     out_of_sync = replace(standard, state=RunState.OUT_OF_SYNC)
     assert repeated_run(out_of_sync, ("a", "b"), source, [plan("r1")], ok) is None, "only a standard window is quiet"
+    # The run that read furthest: its upper limit is where this window's check starts.
+    furthest = repeated_run(standard, ("a", "b"), source, [plan("r1", upper=9), plan("r2", upper=11)], ok)
+    assert (furthest.run_id, furthest.limits.upper) == ("r2", datetime(2021, 6, 1, 11))
+    failed_last = log(("r1", "Processed"), ("r2", "Failed"))
+    assert run_id(repeated_run(standard, ("a", "b"), source, [plan("r1", upper=9), plan("r2", upper=11)], failed_last)) == "r1"

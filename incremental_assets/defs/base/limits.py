@@ -95,18 +95,15 @@ def plan_run(
 def quiet_window(
     plan: RunPlan, source: Snapshot, plans: list[dict] | None, uri: str, settings: IncrementalSettings, state: StateStore,
 ) -> Quiet | None:
-    """Whether a standard window holds nothing new (see Quiet): a successful run processed this
-    very source version, and no row lies past what every asset processed (its last_success, not its
-    position: an asset that moved on past a gap stands on the next event, unprocessed) up to the
-    upper limit. The files' statistics say so; a few files are read at most, without a JVM."""
-    processed = [entry.last_success for entry in plan.entries.values()]
-    if None in processed:
-        return None
+    """Whether a standard window holds nothing new (see Quiet): a successful run read this very
+    source version up to its upper limit, and no row lies past that up to this window's (not even
+    the next event an asset moved on to past a gap). The files' statistics say so; a few files are
+    read at most, without a JVM."""
     repeated = repeated_run(plan.limits, plan.models, source, plans, lambda run: state.run_log(run_id=run))
     if repeated is None:
         return None
-    next_event = first_after(uri, settings, min(processed), plan.limits.now)
-    return Quiet(repeated, next_event) if next_event is None or next_event > plan.limits.upper else None
+    next_event = first_after(uri, settings, repeated.limits.upper, plan.limits.now)
+    return Quiet(repeated.run_id, next_event) if next_event is None or next_event > plan.limits.upper else None
 
 
 def require_identifier_sql(spark: SparkSession, uri: str, settings: IncrementalSettings) -> None:

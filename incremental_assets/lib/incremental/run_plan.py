@@ -52,10 +52,10 @@ NOTHING_NEW = "every incremental asset of the run is at or past its upper limit:
 @dataclass(frozen=True)
 class Quiet:
     """A standard window that holds nothing new. The source is the version run `after_run`
-    assessed, and that run processed its window whole and moved the manifest of every asset of
-    this run: every row this window holds was processed then. No row lies past what each asset
-    processed (its last_success) up to the upper limit either. The run reads nothing; its assets move on to
-    `next_event` (the first row after the window, up to now), or to the upper limit (None)."""
+    assessed, and that run read its window whole and moved the manifest of every asset of this
+    run: every row of this window up to that run's upper limit was read then, and none lies past
+    it up to this window's. The run reads nothing; its assets move on to `next_event` (the first
+    row after the window, up to now), or to the upper limit (None)."""
 
     after_run: str
     next_event: datetime | None
@@ -189,19 +189,21 @@ def waiting_behind_cursor(plans: list[Mapping[str, Any]] | None, run_log: Callab
 def repeated_run(
     limits: RunLimits, models: tuple[str, ...], source: Snapshot, rows: list[Mapping[str, Any]] | None,
     run_log: Callable[[str], list[dict]],
-) -> str | None:
-    """A successful run whose processing this standard window would only repeat (None: none): it
-    assessed the source at this very version and moved the manifest of every asset of this run.
-    Rows arrive only with a new version, so each row this window holds (it starts no earlier than
-    that run's) was processed by that run or before it. `rows`: new_event_limits; `run_log` of a run."""
+) -> RunPlan | None:
+    """The plan of a successful run whose reading this standard window would only repeat, the one
+    that read furthest (None: none). It assessed the source at this very version and moved the
+    manifest of every asset of this run; rows arrive only with a new version, so each row of this
+    window up to that run's upper limit was read by it or before it (this window starts no earlier
+    than that run's). `rows`: new_event_limits; `run_log` of one run."""
     if limits.state is not RunState.STANDARD:
         return None
     candidates = [
-        plan.run_id for plan in (plan_from_row(row) for row in rows or [])
+        plan for plan in (plan_from_row(row) for row in rows or [])
         if plan.limits.moves_manifest and plan.source is not None and set(models) <= set(plan.models)
         and (plan.source.table_id, plan.source.version) == (source.table_id, source.version)
     ]
-    return next((run for run in candidates if run in succeeded(map(run_log_record, run_log(run)))), None)
+    candidates.sort(key=lambda plan: plan.limits.upper, reverse=True)
+    return next((plan for plan in candidates if plan.run_id in succeeded(map(run_log_record, run_log(plan.run_id)))), None)
 
 
 def last_assessed(rows: list[Mapping[str, Any]] | None, table_id: str) -> Snapshot | None:

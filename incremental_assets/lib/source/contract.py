@@ -37,7 +37,6 @@ from incremental_assets.lib.source.arrivals import (
     origin_of_added,
     total,
 )
-
 from incremental_assets.lib.utc import naive
 
 if TYPE_CHECKING:

@@ -124,6 +124,8 @@ class RunSummary:
         ]
         if self.window is not None:
             parts.append(f"| window: {self.window.describe()}")
+        if batch.get("skipped"):  # nothing new, or a quiet window: nothing read
+            parts.append(f"| {batch['skipped']}")
         unread = skip_reasons(self.metadata.get(NEW_EVENT_LIMITS, {}))
         if unread:
             parts.append(f"| arrived where no window reads: {unread}")

@@ -13,6 +13,7 @@ from incremental_assets.defs.base.limits import new_event_limits
 from incremental_assets.defs.base.sessions import session_batch, sessions_lifecycle_manifest
 from incremental_assets.defs.incremental.sessions import sessions
 from incremental_assets.defs.resources import WarehouseIOManager
+from incremental_assets.lib import spark as spark_module
 from incremental_assets.lib.catalog import INCREMENTAL_JOB
 from incremental_assets.lib.delta.log import stored_table, table_exists
 from incremental_assets.lib.delta.read import read_table
@@ -64,6 +65,14 @@ def runner(spark, warehouse, monkeypatch, tmp_path):
     return run, state
 
 
+@pytest.fixture
+def sessions_asked(monkeypatch) -> list[str]:
+    """The steps that ask for the run's Spark session (in a process of its own, where its JVM starts)."""
+    asked, build = [], spark_module.build_spark_session
+    monkeypatch.setattr(spark_module, "build_spark_session", lambda **kw: asked.append("asked") or build(**kw))
+    return asked
+
+
 def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner):
     run, state = runner
     run()
@@ -101,9 +110,9 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
     assert len(set(state().values())) == 1
 
 
-def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse):
+def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse, sessions_asked):
     """Once every asset reached 'now', a run at the same 'now' skips the session layer: no read,
-    no write, the manifest where it was, and an empty batch."""
+    no write (no step asks for Spark), the manifest where it was, and an empty batch."""
     run, state = runner
     now = "2021-01-02T12:00:00"
     run(now=now)  # [01-01, 01-02]
@@ -112,7 +121,9 @@ def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, wareho
     versions = {table: last_commit(f"{warehouse}/{table}").version for table in tables}
     before = state()
 
+    sessions_asked.clear()
     ok, meta = run(now=now)
+    assert not sessions_asked, "a run with nothing new starts no JVM"
     assert ok and meta["new_event_limits"]["run_state"] == "standard"
     assert meta["sessions_lifecycle_manifest"]["skipped"] == NOTHING_NEW
     assert meta["events_this_run"]["skipped"] == NOTHING_NEW
@@ -123,7 +134,7 @@ def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, wareho
     assert stored_table(f"{warehouse}/events_this_run").to_pyarrow_table().num_rows == 0
 
 
-def test_a_quiet_window_reads_nothing_moves_on_and_a_row_arriving_in_the_lookback_is_read(runner, warehouse, spark):
+def test_a_quiet_window_reads_nothing_moves_on_and_a_row_arriving_in_the_lookback_is_read(runner, warehouse, spark, sessions_asked):
     """An hour later with nothing arrived, the window (its lookback) holds only rows read already:
     no step reads the source, no table is written, and every asset moves on to the upper limit.
     The last row read was dropped (a null event_id), so it lies past what the assets processed, and
@@ -140,7 +151,9 @@ def test_a_quiet_window_reads_nothing_moves_on_and_a_row_arriving_in_the_lookbac
     tables = ("sessions_lifecycle_manifest", "quarantined_sessions", "filtered_events", "sessions")
     versions = {table: last_commit(f"{warehouse}/{table}").version for table in tables}
 
+    sessions_asked.clear()
     ok, meta = run(now="2021-01-02T13:30:00")
+    assert not sessions_asked, "a quiet run starts no JVM: a schedule's quiet tick costs seconds"
     quiet = meta["sessions_lifecycle_manifest"]["skipped"]
     assert ok and quiet.startswith("quiet: nothing arrived in the source since run ")
     assert meta["events_this_run"]["skipped"] == quiet and meta["events_this_run"]["events_found"] == 0

@@ -176,9 +176,17 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
     """`lifecycle`: the table as this run's lifecycle step left it, with the day it touched from."""
     limits = plan.limits
     ts = settings.session_timestamp
+    idle = plan.reads_nothing
+    # idle: nothing new (no asset moves), or a quiet window (each moves on to the next event the plan found)
+    next_event = plan.quiet and plan.quiet.next_event
+    if idle and not must_write(0, QUARANTINE) and table_exists(table_uri(EVENTS_THIS_RUN)):
+        # no session, no event, and the tables there: a quiet schedule tick starts no JVM
+        yield Output(Rows(None), QUARANTINE, metadata={"sessions_at_their_cap": 0})
+        yield Output(RunBatch(None, limits, next_event, NOTHING_FOUND, ts, plan.run_id), EVENTS_THIS_RUN,
+                     metadata={"sessions_this_run": 0, "skipped": plan.why_nothing_read})
+        return
     # as the lifecycle step judged the window's events: before this step quarantines more sessions
     quarantined = read_or_empty(spark.spark_session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
-    idle = plan.reads_nothing
     until = None if limits.moves_manifest else limits.now  # a keyhole: its sessions whole
     active = T.sessions_this_run(lifecycle.frame, limits.lower, limits.upper, settings.max_session_days, until)
     if idle:  # an empty batch
@@ -221,9 +229,7 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
         if window is not None:  # no session of the run: an eligible event of its window is beyond its cap
             beyond = T.within_window(candidates, ts, window).count()
             found = Found(0, None, 0, WindowRows(0, beyond, 0))
-    if idle:  # nothing new: no asset moves; quiet: each moves on to the next event the plan found
-        next_event = plan.quiet and plan.quiet.next_event
-    else:
+    if not idle:
         next_event = T.next_event_after(source, settings, limits.upper, limits.now)
     yield Output(
         RunBatch(events.drop(T.COPIES), limits, next_event, found, ts, plan.run_id),

@@ -50,7 +50,6 @@ def daily_aggregation_manifest(
     context: AssetExecutionContext, plan: RunPlan, settings: IncrementalSettings, spark: SparkResource,
     state: StateStore,
 ) -> MaterializeResult:
-    session = spark.spark_session
     uri = state.uri(FILTERED_EVENTS)
     current = table_version(uri)
     if current is None:
@@ -60,7 +59,7 @@ def daily_aggregation_manifest(
         return MaterializeResult(metadata={"days_changed": 0, "filtered_events_version": current})
     # Every insert since the last version counted, so a crashed or skipped run loses nothing.
     first_unread = 0 if consumed is None else consumed + 1
-    arrivals = day_arrivals(inserted_rows(session, uri, first_unread, current))
+    arrivals = day_arrivals(inserted_rows(spark.spark_session, uri, first_unread, current))
     changed = days_to_process(
         arrivals, state.days(), plan.limits.upper, settings.start, settings.reprocess_days,
         settings.min_rows_to_process, context.run.run_id, asked=not plan.limits.moves_manifest,

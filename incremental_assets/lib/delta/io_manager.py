@@ -112,7 +112,7 @@ class RowsHandler:
             note(table.uri, table.run_id, rows.note)
         return metadata
 
-    def write(self, table: TableSlice, rows: Rows, known_empty: bool = False) -> WriteResult:
+    def write(self, table: TableSlice, rows: Rows) -> WriteResult:
         frame, spec = rows.frame, table.spec
         properties = spec.table_properties(frame.columns)
         if spec.change_feed:
@@ -120,8 +120,7 @@ class RowsHandler:
         floor = (spec.partition_by[0], rows.merge_floor) if rows.merge_floor and spec.partition_by else None
         request = WriteRequest(
             table.uri, spec.write_mode, spec.keys, spec.partition_by, table.window, floor,
-            Txn(f"run-{rows.decided_by}") if rows.decided_by else None, rows.rows_at_most, spec.one_row_per_key,
-            known_empty, properties,
+            txn_of(rows.decided_by), rows.rows_at_most, spec.one_row_per_key, properties,
         )
         result = write(frame.sparkSession, frame, request)
         if frame.is_cached:  # cached by its asset for the counts it took; written now
@@ -129,12 +128,20 @@ class RowsHandler:
         return result
 
     def load(self, context: InputContext, table: TableSlice, spark) -> DataFrame | Stored:
-        frame = read_table(spark(), table.uri)
-        if table.window is not None:
-            frame = frame.where(table.window.condition(partition_kind(frame, table.window.column, table.uri)))
+        def rows() -> DataFrame:
+            frame = read_table(spark(), table.uri)
+            if table.window is not None:
+                frame = frame.where(table.window.condition(partition_kind(frame, table.window.column, table.uri)))
+            return frame
+
         if context.dagster_type.typing_type is Stored:
-            return Stored(frame, noted(table.uri, table.run_id))
-        return frame
+            return Stored(rows, noted(table.uri, table.run_id))
+        return rows()
+
+
+def txn_of(decided_by: str | None) -> Txn | None:
+    """The transaction a step's write is keyed by: the run that decided it (repeated, a no-op)."""
+    return Txn(f"run-{decided_by}") if decided_by else None
 
 
 class ArrowHandler:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from enum import Enum
-from typing import Any, Mapping
+from functools import cached_property
+from typing import Any, Callable, Mapping
 
 from dagster import MetadataValue
 from pyspark.sql import Column, DataFrame
@@ -170,7 +171,12 @@ class Rows:
 
 @dataclass(frozen=True)
 class Stored:
-    """A table as a step of this run left it, with the note that step stored with it (None: none)."""
+    """A table as a step of this run left it, with the note that step stored with it (None: none).
+    Its rows are read when the step first asks for them: a step with nothing to do starts no JVM."""
 
-    frame: DataFrame
+    read: Callable[[], DataFrame]
     note: Mapping[str, Any] | None = None
+
+    @cached_property
+    def frame(self) -> DataFrame:
+        return self.read()

@@ -76,10 +76,9 @@ class WriteRequest:
     `txn` makes a repeated write (a re-run step) a no-op; `rows_at_most` (the caller's bound on the
     rows) lets a small MERGE into an existing table run in deltalake (see `_merge_small`);
     `one_row_per_key` (the rows are unique on `keys` by construction, as a dedupe or a group-by on
-    them makes them) spares a big MERGE the shuffle that checks it; `known_empty` (the caller
-    counted no rows) lets a replace empty the table with deltalake, in milliseconds where a Spark
-    overwrite with no rows costs a job and a second; `properties` are the table properties of a
-    table this write creates; `user_metadata` annotates the commit.
+    them makes them) spares a big MERGE the shuffle that checks it; `properties` are the table
+    properties of a table this write creates; `user_metadata` annotates the commit. A replace by
+    rows known to be none is `empty`'s.
     """
 
     uri: str
@@ -91,7 +90,6 @@ class WriteRequest:
     txn: Txn | None = None
     rows_at_most: int | None = None
     one_row_per_key: bool = False
-    known_empty: bool = False
     properties: Mapping[str, str] | None = None
     user_metadata: str | None = None
 
@@ -104,8 +102,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     """Write `df` as `request` says, in one Delta transaction."""
     uri, mode, keys, partition_by, window = request.uri, request.mode, request.keys, request.partition_by, request.window
     merge_floor, txn, rows_at_most = request.merge_floor, request.txn, request.rows_at_most
-    one_row_per_key, known_empty, properties, user_metadata = (
-        request.one_row_per_key, request.known_empty, request.properties, request.user_metadata)
+    one_row_per_key, properties, user_metadata = request.one_row_per_key, request.properties, request.user_metadata
 
     def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
         return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
@@ -114,9 +111,6 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     stored = stored_table(uri)  # its log read once: every choice below is made on this version
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
-    if known_empty and mode is WriteMode.REPLACE and stored is not None:
-        stored.delete(commit_properties=_commit_properties(txn))
-        return _latest_commit(stored)
     # A table that holds no row (emptied by a refresh or a plan) takes the schema of what is written
     # into it, whatever columns it had: a rebuild always has the current definitions' columns.
     emptied = stored is not None and not data_files(stored).num_rows
@@ -151,6 +145,17 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     if mode is WriteMode.APPEND and not emptied:
         return save("append")
     return save("overwrite", overwrite_schema=True)
+
+
+def empty(uri: str, txn: Txn | None) -> WriteResult:
+    """Replace the rows of the table at `uri` by none (its caller counted no rows): one deltalake
+    commit, in milliseconds and without a JVM, where a Spark overwrite with no rows costs a job and
+    a second; `txn` as a write's."""
+    stored = stored_table(uri)
+    if txn is not None and committed(stored, txn):
+        return _already_committed(stored)
+    stored.delete(commit_properties=_commit_properties(txn))
+    return _latest_commit(stored)
 
 
 def truncate(uri: str) -> int:

@@ -16,11 +16,11 @@ from dagster import Failure
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.delta.io_manager import RowsHandler, frame_columns, write_metadata
-from incremental_assets.lib.delta.log import noted, row_count
+from incremental_assets.lib.delta.io_manager import RowsHandler, frame_columns, stored_columns, txn_of, write_metadata
+from incremental_assets.lib.delta.log import noted, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows
-from incremental_assets.lib.delta.write import note
+from incremental_assets.lib.delta.write import empty, note
 from incremental_assets.lib.incremental.limits import BatchStats, RunLimits, RunState
 from incremental_assets.lib.incremental.run_plan import limits_metadata, own_run_only
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
@@ -72,7 +72,7 @@ class RunBatch:
     first. Loaded back by the next steps, a batch carries the counts noted beside its rows.
     """
 
-    events: DataFrame
+    events: DataFrame | None  # None: no event, and the scratch table is there to empty (no JVM)
     limits: RunLimits
     next_event: datetime | None
     found: Found | Observation | tuple[Observation, ...]
@@ -160,7 +160,7 @@ def batch_note(batch: RunBatch) -> dict[str, Any]:
     }
 
 
-def batch_from_note(events: DataFrame, note: Mapping[str, Any]) -> RunBatch:
+def batch_from_note(events: DataFrame | None, note: Mapping[str, Any]) -> RunBatch:
     limits = RunLimits(RunState(note["state"]), *(_moment(note[k]) for k in ("lower", "upper", "now")))
     window = WindowRows(*note["window"]) if note.get("window") else None
     found = Found(note["events"], _moment(note["batch_max"]), note.get("duplicates"), window)
@@ -169,22 +169,32 @@ def batch_from_note(events: DataFrame, note: Mapping[str, Any]) -> RunBatch:
 
 class BatchHandler:
     """The IO manager's handler of a run's batch: its events replace the scratch table (keyed by
-    the run that decided the window), then what the write counted is noted beside them."""
+    the run that decided the window), then what the write counted is noted beside them. A batch
+    known to hold no event empties the table and is loaded back without its rows: a quiet run's
+    session layer starts no JVM."""
 
     stores = loads = (RunBatch,)
 
     def store(self, context, table, batch: RunBatch, spark) -> dict[str, Any]:
-        result = RowsHandler().write(table, Rows(batch.events, decided_by=batch.decided_by), known_empty=batch.known_empty)
-        counted = batch.counted(written=not result.skipped, stored=lambda: read_table(batch.events.sparkSession, table.uri))
+        if batch.known_empty and table_exists(table.uri):
+            result = empty(table.uri, txn_of(batch.decided_by))
+            columns = stored_columns(stored_table(table.uri))
+        elif batch.events is None:
+            raise ValueError(f"{table.name}: a batch without its events needs the table it empties")
+        else:
+            result = RowsHandler().write(table, Rows(batch.events, decided_by=batch.decided_by))
+            columns = frame_columns(batch.events)
+        counted = batch.counted(written=not result.skipped, stored=lambda: read_table(spark(), table.uri))
         note(table.uri, table.run_id, batch_note(counted))
-        return {**write_metadata(frame_columns(batch.events), table.uri, result), "dagster/row_count": row_count(table.uri),
+        return {**write_metadata(columns, table.uri, result), "dagster/row_count": row_count(table.uri),
                 **batch_metadata(counted)}
 
     def load(self, context, table, spark) -> RunBatch:
         noted_batch = noted(table.uri, table.run_id)
         if noted_batch is None:  # another run's batch has replaced this run's
             raise Failure(own_run_only(context, table.name))
-        return batch_from_note(read_table(spark(), table.uri), noted_batch)
+        events = read_table(spark(), table.uri) if noted_batch["events"] else None
+        return batch_from_note(events, noted_batch)
 
 
 def _text(moment: datetime | None) -> str:

@@ -235,12 +235,12 @@ def whole_process(p: dict) -> list[str]:
     return lines
 
 
-def launched(runs: dict) -> list[str]:
+def launched(figures: dict) -> list[str]:
     """The same one-hour run launched through the instance: in its own process, and in the warm worker."""
-    if not runs:
+    if not figures:
         return []
     rows = []
-    for name, h in runs.items():
+    for name, h in figures.items():
         days, how = name.split("_days_")
         meets = how == "warm" and h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS
         rows.append((f"one-hour run launched, {days} days of history, {how.replace('_', ' ')}",

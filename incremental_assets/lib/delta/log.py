@@ -136,20 +136,34 @@ def _moment(millis: int) -> datetime:
     return EPOCH + timedelta(milliseconds=millis)
 
 
+# A run reads its small state tables many times (the manifests, the run log, the plans), mostly
+# unchanged between two reads: their rows are kept per table version.
+_ROWS_KEPT = 64
+_rows: dict[tuple, list[dict[str, Any]]] = {}
+
+
 def read_rows(uri: str, columns: list[str] | None = None, filters: list | None = None) -> list[dict[str, Any]] | None:
     """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`.
 
     Filters on partition columns prune the files read; the others apply to the rows read (files
-    that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare)."""
+    that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare).
+    A version read before is not read again: its rows are copied from the last read (a table made
+    afresh at the same place has another id)."""
     table = stored_table(uri)
     if table is None:
         return None
-    partitioned = set(table.metadata().partition_columns)
-    pruning = [f for f in filters or [] if f[0] in partitioned]
-    with reading(uri):
-        rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
-    rest = [f for f in filters or [] if f[0] not in partitioned]
-    return (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
+    metadata = table.metadata()
+    key = (uri, metadata.id, table.version(), repr(columns), repr(filters))
+    if key not in _rows:
+        partitioned = set(metadata.partition_columns)
+        pruning = [f for f in filters or [] if f[0] in partitioned]
+        with reading(uri):
+            rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
+        rest = [f for f in filters or [] if f[0] not in partitioned]
+        if len(_rows) >= _ROWS_KEPT:
+            del _rows[next(iter(_rows))]  # the oldest
+        _rows[key] = (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
+    return [dict(row) for row in _rows[key]]
 
 
 def table_version(uri: str) -> int | None:

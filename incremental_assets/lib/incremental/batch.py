@@ -72,7 +72,7 @@ class RunBatch:
     first. Loaded back by the next steps, a batch carries the counts noted beside its rows.
     """
 
-    events: DataFrame | None  # None: no event, and the scratch table is there to empty (no JVM)
+    events: DataFrame | None  # None: known to hold no event, so neither written nor read back (no JVM)
     limits: RunLimits
     next_event: datetime | None
     found: Found | Observation | tuple[Observation, ...]

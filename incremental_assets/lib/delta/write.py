@@ -147,25 +147,24 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     return save("overwrite", overwrite_schema=True)
 
 
-def empty(uri: str, txn: Txn | None) -> WriteResult:
-    """Replace the rows of the table at `uri` by none (its caller counted no rows): one deltalake
-    commit, in milliseconds and without a JVM, where a Spark overwrite with no rows costs a job and
-    a second; `txn` as a write's."""
+def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:
+    """Delete every row of the table at `uri` (None: there is none) in one deltalake commit, no JVM:
+    a batch known to hold no row (where a Spark overwrite with no rows costs a job and a second), a
+    refresh, a plan's rebuild. Its schema, properties and history stay, and its next write sets its
+    columns (see `write`); `txn` as a write's."""
     stored = stored_table(uri)
+    if stored is None:
+        return None
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
-    stored.delete(commit_properties=_commit_properties(txn))
-    return _latest_commit(stored)
+    deleted = stored.delete(commit_properties=_commit_properties(txn))
+    return WriteResult(stored.version(), "DELETE", {"numDeletedRows": int(deleted.get("num_deleted_rows", 0))})
 
 
 def truncate(uri: str) -> int:
-    """Delete every row of the table at `uri` (a refresh, a plan's rebuild): one commit, no JVM; its
-    schema, properties and history stay, and its next write sets its columns (see `write`).
-    Returns the rows deleted (0: no table)."""
-    table = stored_table(uri)
-    if table is None:
-        return 0
-    return int(table.delete().get("num_deleted_rows", 0))
+    """`empty` for a refresh or a plan's rebuild: the rows deleted (0: no table)."""
+    result = empty(uri)
+    return 0 if result is None else result.rows_deleted
 
 
 def compact(table: deltalake.DeltaTable, partitions: list[tuple] | None, zorder_by: Sequence[str] = ()) -> None:

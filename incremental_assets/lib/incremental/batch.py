@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.delta.io_manager import RowsHandler, frame_columns, stored_columns, txn_of, write_metadata
-from incremental_assets.lib.delta.log import noted, row_count, stored_table, table_exists
+from incremental_assets.lib.delta.log import noted, row_count, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.delta.write import empty, note
@@ -176,8 +176,8 @@ class BatchHandler:
     stores = loads = (RunBatch,)
 
     def store(self, context, table, batch: RunBatch, spark) -> dict[str, Any]:
-        if batch.known_empty and table_exists(table.uri):
-            result = empty(table.uri, txn_of(batch.decided_by))
+        result = empty(table.uri, txn_of(batch.decided_by)) if batch.known_empty else None  # None: no table yet
+        if result is not None:
             columns = stored_columns(stored_table(table.uri))
         elif batch.events is None:
             raise ValueError(f"{table.name}: a batch without its events needs the table it empties")

@@ -26,11 +26,12 @@ from incremental_assets.lib.worker import WarmRunLauncher, serving
 from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
-# A stream whose loads end a few hours before now: the hours appended next lie inside the next
-# run's window (older ones would lie behind the cursor, which keyhole runs handle).
-START = (utcnow() - timedelta(days=2)).date()
-PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=START, seed=11)
-HOURS_LOADED = int((utcnow() - datetime.combine(START, dtime.min)).total_seconds() // 3600) - 4
+# A stream whose loads end a day before now: the hours appended next lie inside the next run's
+# window (older ones would lie behind the cursor, which keyhole runs handle), and a day holds hours
+# with events whatever the time of day the test runs at (humans are active 06:00-23:00 UTC).
+START = (utcnow() - timedelta(days=3)).date()
+PARAMS = SampleParams(users=6, days=4, events_per_day=90, start_date=START, seed=11)
+HOURS_LOADED = int((utcnow() - datetime.combine(START, dtime.min)).total_seconds() // 3600) - 24
 # Under which a warehouse run over any batching of a stream equals one run over all of it
 # (tests/pipeline/test_batching_invariance.py): the test compares the runs' tables with that run.
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "reprocess_days": 365, "min_rows_to_process": 1}
@@ -45,6 +46,15 @@ def launch(workspace: Path, instance: DagsterInstance) -> str:
     assert launched.returncode == 0, launched.stderr[-3000:]
     [run_id] = {run.run_id for run in instance.get_runs()} - before
     return run_id
+
+
+def append_events(spark, source: str) -> None:
+    """The stream's next hours, up to the first that holds events: a night hour may hold none, and
+    a run over it reads nothing (and needs no Spark)."""
+    for _ in range(8):
+        if append_hours(spark, source, 1):
+            return
+    raise AssertionError("eight hours of the stream without an event")
 
 
 def ended(instance: DagsterInstance, run_id: str, seconds: float = 300):
@@ -74,7 +84,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
         assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
 
         # No worker serves this home: the run starts in its own process, and says why.
-        append_hours(spark, source, 1)
+        append_events(spark, source)
         cold = ended(instance, launch(workspace, instance))
         assert cold.status == DagsterRunStatus.SUCCESS and WORKER_TAG not in cold.tags
         assert any("in its own process: no warm worker is serving" in (e.message or "")
@@ -86,7 +96,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             first_port = wait_for("the worker to serve", lambda: serving(home), 180)["port"]
 
             # A run of new rows, in the worker: the run Dagster made, with the contract's records.
-            append_hours(spark, source, 1)
+            append_events(spark, source)
             warm = ended(instance, launch(workspace, instance))
             assert warm.status == DagsterRunStatus.SUCCESS, (tmp_path / "worker.log").read_text()[-3000:]
             assert warm.tags[WORKER_TAG].endswith(f":{worker.pid}")
@@ -99,7 +109,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             jvm = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
             for pid in jvm:
                 os.kill(pid, signal.SIGSTOP)
-            append_hours(spark, source, 1)
+            append_events(spark, source)
             canceled = launch(workspace, instance)
             wait_for("the run's first Spark step", lambda: any(
                 log.dagster_event.is_step_start and log.dagster_event.step_key == "sessions_lifecycle_manifest"

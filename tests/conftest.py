@@ -3,7 +3,9 @@ configuration; each test marked with its tier, the folder it lives in."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -15,12 +17,20 @@ from incremental_assets.lib.spark import SparkResource, build_spark_session
 
 TEST_SHUFFLE_PARTITIONS = 2
 
+
+def _scratch_dir(prefix: str) -> str:
+    """A directory of this test process, removed when it exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 # Definitions load before any fixture runs: keep them off the developer's ./warehouse and instance.
-os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = tempfile.mkdtemp(prefix="incremental-assets-tests-")
+os.environ["INCREMENTAL_ASSETS_WAREHOUSE"] = _scratch_dir("incremental-assets-tests-")
 os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
 # ... and off a developer's ./incremental_assets.yaml (the settings `make demo` writes).
 os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
-os.environ["DAGSTER_HOME"] = tempfile.mkdtemp(prefix="incremental-assets-dagster-home-")
+os.environ["DAGSTER_HOME"] = _scratch_dir("incremental-assets-dagster-home-")
 # A test's Python UDF runs in this interpreter, with the project's packages (not the system's python3).
 os.environ["PYSPARK_PYTHON"] = sys.executable
 

@@ -162,20 +162,23 @@ class Worker:
         if status == DagsterRunStatus.CANCELED:
             self.stale.set()
         if not self.stale.is_set():
-            self._forget_cached_frames()
+            self._forget_the_run()
 
     def _stop(self, signum, frame) -> None:
         self.stopping = True
         raise KeyboardInterrupt
 
     @staticmethod
-    def _forget_cached_frames() -> None:
-        """What a run cached stays with that run, not with the next one."""
+    def _forget_the_run() -> None:
+        """What a run cached, and the settings sized for its steps, stay with that run, not with the next one."""
         from pyspark.sql import SparkSession
+
+        from incremental_assets.lib.spark import size_for
 
         session = SparkSession.getActiveSession()
         if session is not None:
             session.catalog.clearCache()
+            size_for(session, None)
 
     def restart(self) -> None:
         """The same command again, in this process (same pid), with the code on disk. The JVM is not

@@ -80,6 +80,13 @@ SQL_CONF = {
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "100000",
 }
 
+# A step over few rows: compiling each query's code (whole-stage codegen) and re-planning between
+# its stages (adaptive execution) cost more than they save, so both are off up to this many rows,
+# and one shuffle partition holds them (one file per day written, as adaptive execution's
+# coalescing made it). Big windows keep the session's settings: they pay there (benchmarks/engine.md).
+SMALL_STEP_ROWS = 200_000
+SIZED_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", SHUFFLE_PARTITIONS: "1"}
+
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -231,7 +238,32 @@ def build_spark_session(
         sql_conf.setdefault(SHUFFLE_PARTITIONS, str(2 * session.sparkContext.defaultParallelism))
     for key, value in sql_conf.items():  # a session that already existed gets them too
         session.conf.set(key, value)
+    # What size_for restores: the settings as built, for those this build set.
+    built = {**sql_conf, **(extra_conf or {})}
+    if cold:
+        _SIZED.clear()
+        _OWN_CONF.update({key: session.conf.get(key) for key in SIZED_CONF})
+    _OWN_CONF.update({key: str(built[key]) for key in SIZED_CONF if key in built})
+    for key, value in _SIZED.items():  # a later step of a run asks again: the run's sizing holds
+        session.conf.set(key, value)
     return session
+
+
+def size_for(session: SparkSession, rows: int | None) -> None:
+    """Spark's settings for the rows a step meets (at most `rows`, as the Delta log's statistics
+    tell; None: not known, or another run's step): the small-step settings up to SMALL_STEP_ROWS,
+    the session's own otherwise. They last in the session until the next call."""
+    _SIZED.clear()
+    if rows is not None and rows <= SMALL_STEP_ROWS:
+        _SIZED.update(SIZED_CONF)
+    for key in SIZED_CONF:
+        if key not in _OWN_CONF:  # a session built elsewhere
+            _OWN_CONF[key] = session.conf.get(key)
+        session.conf.set(key, _SIZED.get(key, _OWN_CONF[key]))
+
+
+_OWN_CONF: dict[str, str] = {}  # the values of SIZED_CONF the process's session was built with
+_SIZED: dict[str, str] = {}  # the small-step settings while they hold
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from incremental_assets.lib.delta.log import data_files
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.stream import events_frame
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.contract import SAMPLE_SCHEMA, first_after
+from incremental_assets.lib.source.contract import SAMPLE_SCHEMA, first_after, rows_within
 from incremental_assets.lib.utc import utcnow
 
 OLD_DAY = (utcnow() - timedelta(days=20)).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -125,3 +125,21 @@ def test_where_a_quiet_window_resumes_is_read_from_the_files_that_can_hold_it(tm
     assert first_after(uri, settings, datetime(2024, 3, 5, 10), datetime(2024, 3, 5, 12)) == datetime(2024, 3, 5, 12), \
         "until: inclusive"
     assert first_after(uri, settings, datetime(2024, 3, 5, 12), datetime(2024, 3, 6, 6)) is None
+
+
+def test_the_rows_a_window_can_meet_are_counted_from_the_files_that_can_hold_it(tmp_path):
+    """rows_within, from the log alone: the rows of the files whose load day and cursor statistics
+    allow a cursor in (after, until]. What sizes Spark for a run's steps (lib/spark.size_for)."""
+    uri = str(tmp_path / "events")
+    settings = IncrementalSettings(start_date="2024-03-01", source_load_date_column="load_date")
+    for loads in (["01 09:00"], ["05 08:00", "05 09:00"], ["05 10:00", "05 12:00", "06 07:00"]):
+        stamps = [datetime.fromisoformat(f"2024-03-{text}").replace(tzinfo=timezone.utc) for text in loads]
+        deltalake.write_deltalake(uri, pa.table({
+            "event_id": [f"e-{text}" for text in loads], "load_tstamp": pa.array(stamps, pa.timestamp("us", "UTC")),
+            "load_date": pa.array([stamp.date() for stamp in stamps], pa.date32()),
+        }), mode="append", partition_by=["load_date"])
+    # files: 03-01 [09:00]; 03-05 [08:00, 09:00]; 03-05 [10:00, 12:00]; 03-06 [07:00]
+    assert rows_within(uri, settings, datetime(2024, 3, 5, 9, 30), datetime(2024, 3, 6)) == 2
+    assert rows_within(uri, settings, datetime(2024, 3, 5), datetime(2024, 3, 6, 12)) == 5
+    assert rows_within(uri, settings, datetime(2024, 2, 28), datetime(2024, 3, 7)) == 6
+    assert rows_within(uri, settings, datetime(2024, 3, 6, 8), datetime(2024, 3, 7)) == 0

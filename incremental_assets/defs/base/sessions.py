@@ -27,8 +27,8 @@ from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset
 from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBatch, WindowRows
 from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.contract import with_optional_columns
-from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.source.contract import rows_within, with_optional_columns
+from incremental_assets.lib.spark import SparkResource, size_for
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
@@ -86,6 +86,7 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
         yield Output(Rows(None), metadata={"skipped": plan.why_nothing_read})
         return
     session = spark.spark_session
+    size_for(session, rows_within(source_table_uri(), settings, limits.lower, limits.upper))  # this run's Spark steps
     ts = settings.session_timestamp
     source = read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)

@@ -28,7 +28,7 @@ from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.spark import SparkResource, size_for
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms import violations as V
@@ -73,6 +73,11 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
     ):
         start_writing(context, settings, state)  # a day aggregated under other definitions would mix
         window = partition_window("event_date", context.partition_time_window)
+        # What filtered_events holds for those days (from its log's file statistics: no scan):
+        # Spark's settings for that many rows, and what the stored aggregates must reconcile with.
+        spark = filtered_events.sparkSession
+        held = count_by(spark, table_uri(FILTERED_EVENTS), "event_date", window)
+        size_for(spark, sum(held.values()))
         day_events = filtered_events.where(window.condition(filtered_events.schema["event_date"].dataType))
         partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()
         per_day = {r.event_date: r.events for r in partials.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
@@ -89,12 +94,10 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
             days = [date.fromisoformat(key) for key in context.partition_keys]
             state.save_days(processed_days(days, per_day, state.days(), utcnow(), run_id))
         # The IO manager has written the window: reconcile what is stored for those days with the
-        # rows filtered_events holds for them (counted from its log's file statistics: no scan).
-        spark = filtered_events.sparkSession
+        # rows filtered_events holds for them.
         stored = read_table(spark, table_uri(DAILY_AGGREGATES))
         per_day = stored.where(window.condition(stored.schema["event_date"].dataType)).groupBy("event_date")
         aggregated = {r.event_date: r.events for r in per_day.agg(F.sum("events").alias("events")).collect()}
-        held = count_by(spark, table_uri(FILTERED_EVENTS), "event_date", window)
         scope = f"event_date in [{window.start.date()}, {window.end.date()})"
         yield from_offending_rows(mismatched_days(aggregated, held), "days whose aggregates disagree with filtered_events", scope)
 

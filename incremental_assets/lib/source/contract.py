@@ -214,14 +214,26 @@ def first_after(uri: str, settings: IncrementalSettings, after: datetime, until:
     """The least cursor value in (after, until] among the source's rows (None: none), without a
     JVM. Only the files that can hold one are read, the cursor column alone: those of the load days
     that can hold it whose statistics allow it (none, when no row arrived past `after`)."""
-    cursor, days = settings.session_timestamp, load_days(settings.session_timestamp, after, until)
-    files = data_files(stored_table(uri)).to_pylist()
-    maybe = [f["path"] for f in files if _may_hold(f, cursor, settings.source_load_date_column, (after, until), days)]
+    maybe = [f["path"] for f in _files_within(uri, settings, after, until)]
     if not maybe:
         return None
-    values = read_columns(uri, maybe, [cursor]).column(cursor)
+    values = read_columns(uri, maybe, [settings.session_timestamp]).column(settings.session_timestamp)
     inside = pc.and_(pc.greater(values, as_scalar(after, values.type)), pc.less_equal(values, as_scalar(until, values.type)))
     return naive(pc.min(pc.filter(values, inside)).as_py())
+
+
+def rows_within(uri: str, settings: IncrementalSettings, after: datetime, until: datetime) -> int | None:
+    """How many rows the source's files that may hold a cursor in (after, until] hold: the most a
+    window's read meets, from the log alone (None: a file without its row count)."""
+    counts = [f.get("num_records") for f in _files_within(uri, settings, after, until)]
+    return None if None in counts else sum(counts)
+
+
+def _files_within(uri: str, settings: IncrementalSettings, after: datetime, until: datetime) -> list[dict]:
+    """The source's data files (rows of data_files) that may hold a cursor in (after, until]."""
+    cursor, days = settings.session_timestamp, load_days(settings.session_timestamp, after, until)
+    files = data_files(stored_table(uri)).to_pylist()
+    return [f for f in files if _may_hold(f, cursor, settings.source_load_date_column, (after, until), days)]
 
 
 def _may_hold(file: dict, cursor: str, load_day: str, window: tuple[datetime, datetime], days: tuple[date, date | None]) -> bool:

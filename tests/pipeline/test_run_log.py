@@ -10,6 +10,7 @@ import sys
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
+from deltalake import DeltaTable
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.loader import LoadingContextForTest
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
@@ -79,6 +80,20 @@ def test_the_lease_is_refused_while_its_holder_lives_then_recovered(warehouse):
     assert state.resolve("first") == 2 and state.resolve("first") == 0
     assert [r["status"] for r in state.run_log(run_id="first")][-2:] == [RESOLVED, RESOLVED]
     assert main(["resolve", "nobody"]) == 2  # a failure the user can act on: one error line, exit 2
+
+
+def test_a_run_reads_the_recent_run_log_once_to_find_the_lease_free_and_take_it(warehouse, monkeypatch):
+    """A run's first writer asks whether the lease is the run's already (holds_lease), then takes it
+    (acquire): both look at the same days of the same version, which is read once."""
+    state = StateStore()
+    state.acquire("earlier", ["x"], None, alive=lambda record: False)
+    state.record("earlier", "x", PROCESSED, {})
+    scans, scan = [], DeltaTable.to_pyarrow_table
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_table", lambda self, **kw: scans.append(self.version()) or scan(self, **kw))
+    assert not state.holds_lease("run")
+    state.acquire("run", ["x"], None, alive=lambda record: True)
+    assert len(scans) == 1, scans
+    assert state.holds_lease("run")
 
 
 def test_a_lease_is_alive_while_its_process_exists_or_for_a_worker_run_while_the_instance_says_live():

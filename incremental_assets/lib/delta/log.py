@@ -142,14 +142,17 @@ _ROWS_KEPT = 64
 _rows: dict[tuple, list[dict[str, Any]]] = {}
 
 
-def read_rows(uri: str, columns: list[str] | None = None, filters: list | None = None) -> list[dict[str, Any]] | None:
-    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`.
+def read_rows(
+    uri: str, columns: list[str] | None = None, filters: list | None = None, table: deltalake.DeltaTable | None = None
+) -> list[dict[str, Any]] | None:
+    """The rows of a small Delta table (optionally filtered), or None when there is no table at `uri`;
+    those of `table`'s version when given (a snapshot the caller commits against).
 
     Filters on partition columns prune the files read; the others apply to the rows read (files
     that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare).
     A version read before is not read again: its rows are copied from the last read (a table made
     afresh at the same place has another id)."""
-    table = stored_table(uri)
+    table = table or stored_table(uri)
     if table is None:
         return None
     metadata = table.metadata()

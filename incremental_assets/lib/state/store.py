@@ -225,7 +225,7 @@ class StateStore(ConfigurableResource):
         since = utcnow().date() - timedelta(days=LEASE_DAYS)
         for _ in range(LEASE_ATTEMPTS):
             log = self._run_log_snapshot()
-            recent = log.to_pyarrow_table(filters=[("day", ">=", since)]).to_pylist()
+            recent = read_rows(self.uri(RUN_LOG), filters=[("day", ">=", since)], table=log)
             if len(recent) > COMPACT_FILES and self._recent_files(since) > COMPACT_FILES:
                 # A file per append would make every lease check list thousands of files (deltalake: no JVM).
                 log.optimize.compact(partition_filters=[("day", ">=", since.isoformat())])
@@ -254,8 +254,10 @@ class StateStore(ConfigurableResource):
         under a multi-process executor, another)."""
         if any(row["status"] == PROCESSING for row in self.appended_here(run_id)):
             return True
+        # the days `acquire` reads next, when the run has not taken it: one read of them, not two
         since = utcnow().date() - timedelta(days=LEASE_DAYS)
-        return any(row["status"] == PROCESSING for row in self.run_log(run_id=run_id, since=since))
+        recent = read_rows(self.uri(RUN_LOG), filters=[("day", ">=", since)]) or []
+        return any(row["run_id"] == run_id and row["status"] == PROCESSING for row in recent)
 
     def record(
         self, run_id: str, asset: str, status: str, metadata: Mapping[str, Any], message: str | None = None,

@@ -238,12 +238,11 @@ def build_spark_session(
         sql_conf.setdefault(SHUFFLE_PARTITIONS, str(2 * session.sparkContext.defaultParallelism))
     for key, value in sql_conf.items():  # a session that already existed gets them too
         session.conf.set(key, value)
-    # What size_for restores: the settings as built, for those this build set.
-    built = {**sql_conf, **(extra_conf or {})}
+    # What size_for restores: the session's settings as built (a new one's, and those this build set).
     if cold:
         _SIZED.clear()
-        _OWN_CONF.update({key: session.conf.get(key) for key in SIZED_CONF})
-    _OWN_CONF.update({key: str(built[key]) for key in SIZED_CONF if key in built})
+    built = {**sql_conf, **(extra_conf or {})}
+    _OWN_CONF.update({key: session.conf.get(key) for key in SIZED_CONF if cold or key in built})
     for key, value in _SIZED.items():  # a later step of a run asks again: the run's sizing holds
         session.conf.set(key, value)
     return session

@@ -152,7 +152,8 @@ def read_rows(
     that deltalake's MERGE wrote hold string_view columns, which Arrow's scan filters cannot compare).
     A version read before is not read again: its rows are copied from the last read (a table made
     afresh at the same place has another id)."""
-    table = table or stored_table(uri)
+    if table is None:
+        table = stored_table(uri)
     if table is None:
         return None
     metadata = table.metadata()

@@ -269,6 +269,7 @@ def _setup(args) -> None:
     jars = resolve_delta_jars()
     home = environment.dagster_home()
     print(f"Delta jars ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
+    print(f"Dagster instance: {environment.instance_config(home)}")
 
 
 def _connect_server(args) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
 from incremental_assets.lib.catalog import ATOMIC_EVENTS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +56,15 @@ def dagster_home() -> Path:
     if template.exists() and not config.exists():
         config.write_text(template.read_text())
     return home
+
+
+def instance_config(home: Path) -> str:
+    """Which dagster.yaml is in force in `home`, and where it keeps runs and events: what `setup`
+    tells an operator, whose own file is left as it is."""
+    config = home / "dagster.yaml"
+    if not config.exists():
+        return "no dagster.yaml: Dagster's defaults, SQLite"
+    text = config.read_text()
+    storage = next(iter((yaml.safe_load(text) or {}).get("storage") or {"sqlite": None}))
+    whose = "the project's" if text == (PROJECT_ROOT / "dagster.yaml").read_text() else "its own, left as it is"
+    return f"{config} ({whose}; storage: {storage})"

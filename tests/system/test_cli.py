@@ -71,3 +71,21 @@ def _tiny_schema():
     import pyarrow as pa
 
     return pa.schema([("id", pa.int64())])
+
+
+def test_an_operators_own_dagster_yaml_is_left_as_it_was_by_every_command(tmp_path, warehouse):
+    """The instance an operator configured (another run queue here; PostgreSQL storage in production)
+    is the one in force: no command writes the project's template over it."""
+    from incremental_assets.lib.environment import PROJECT_ROOT
+
+    home = tmp_path / "home"
+    home.mkdir()
+    operators = (PROJECT_ROOT / "dagster.yaml").read_text().replace("max_concurrent_runs: 2", "max_concurrent_runs: 3") + "# mine\n"
+    (home / "dagster.yaml").write_text(operators)
+    env = {"DAGSTER_HOME": str(home)}
+    setup = cli("setup", env=env)
+    assert setup.returncode == 0 and f"{home / 'dagster.yaml'} (its own, left as it is; storage: sqlite)" in setup.stdout
+    for command in (["plan"], ["apply"], ["preview"], ["run"], ["backfill", "--start", "2024-01-01", "--end", "2024-01-01"],
+                    ["show", "incremental_manifest"], ["resolve", "no-such-run"]):
+        cli(*command, env=env)  # most fail fast here (no source, no tables, no JVM): what matters is the file
+        assert (home / "dagster.yaml").read_text() == operators, command

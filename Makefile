@@ -3,8 +3,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Debian's Chromium, for the browser test (tests/system/test_ui_browser.py).
+# Debian's Chromium, for the browser test (tests/system/test_ui_browser.py), and its PostgreSQL, for
+# the daemon's test on the production instance (tests/system/test_dagster_surfaces.py).
 CHROMIUM := /usr/bin/chromium
+POSTGRES := /usr/lib/postgresql
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup demo test soak bench bench-maintenance bench-process ui clean
@@ -17,14 +19,14 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test,connect,bench]"
+	$(BIN)/pip install --quiet -e ".[test,connect,bench,postgres]"
 	touch $(STAMP)
 
 demo: setup
 	$(BIN)/incremental-assets demo
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
-test: setup $(CHROMIUM)
+test: setup $(CHROMIUM) $(POSTGRES)
 	$(BIN)/pytest -q -p no:cacheprovider -m "not soak" -n 2 --dist loadfile
 
 # tests/system/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
@@ -33,6 +35,11 @@ $(CHROMIUM):
 	@test "$$(id -u)" = 0 || { echo "make test needs Debian's chromium at $@: apt-get install chromium (as root)" >&2; exit 1; }
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+
+$(POSTGRES):
+	@test "$$(id -u)" = 0 || { echo "make test needs Debian's postgresql at $@: apt-get install postgresql (as root)" >&2; exit 1; }
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
 
 # Not part of make test: what runs cost on this machine (BENCH_SIZE=full goes bigger). Writes
 # benchmarks/results.md and benchmarks/results.json; BENCH_ONLY=steady_state (or big_window,

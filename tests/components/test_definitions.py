@@ -44,6 +44,34 @@ def test_every_writer_of_the_warehouse_is_in_the_one_writer_pool_with_the_run_lo
         assert {op.definition.pool for op in defs.resolve_job_def(job).graph.node_dict.values()} == {WAREHOUSE_POOL}
 
 
+def test_the_postgres_instance_is_the_projects_with_its_storage_in_postgres():
+    """dagster.postgres.yaml keeps every block the project relies on (the run queue, the one-writer
+    pool, the warm worker's launcher) as dagster.yaml has them."""
+    import yaml
+
+    from incremental_assets.lib.environment import PROJECT_ROOT
+
+    local, production = (yaml.safe_load((PROJECT_ROOT / name).read_text()) for name in ("dagster.yaml", "dagster.postgres.yaml"))
+    storage = production.pop("storage")
+    assert production == local
+    assert set(storage) == {"postgres"} and storage["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+
+
+def test_a_dagster_home_gets_the_projects_config_only_where_it_has_none_and_says_which_is_in_force(tmp_path, monkeypatch):
+    from incremental_assets.lib.environment import PROJECT_ROOT, dagster_home, instance_config
+
+    fresh, own = tmp_path / "fresh", tmp_path / "own"
+    own.mkdir()
+    operators = (PROJECT_ROOT / "dagster.postgres.yaml").read_text().replace("max_concurrent_runs: 2", "max_concurrent_runs: 5")
+    (own / "dagster.yaml").write_text(operators)
+    monkeypatch.setenv("DAGSTER_HOME", str(fresh))
+    assert dagster_home() == fresh and (fresh / "dagster.yaml").read_text() == (PROJECT_ROOT / "dagster.yaml").read_text()
+    assert instance_config(fresh) == f"{fresh / 'dagster.yaml'} (the project's; storage: sqlite)"
+    monkeypatch.setenv("DAGSTER_HOME", str(own))
+    assert dagster_home() == own and (own / "dagster.yaml").read_text() == operators
+    assert instance_config(own) == f"{own / 'dagster.yaml'} (its own, left as it is; storage: postgres)"
+
+
 def test_definitions_load_against_a_missing_warehouse_and_read_nothing(tmp_path):
     script = (
         "import deltalake, pyspark.sql\n"

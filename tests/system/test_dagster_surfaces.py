@@ -2,7 +2,8 @@
 Dagster's asset job (what a UI backfill and `dagster asset materialize` launch) takes and closes
 the lease with its run-log records, and attributes follows it; the daemon, left alone, processes
 new rows and rows behind the cursor into attributes, and launches nothing over a caught-up
-warehouse."""
+warehouse. The daemon runs with the production instance (dagster.postgres.yaml: runs, events and
+sensor ticks in Debian's PostgreSQL); the UI test runs the default one (SQLite) with `dagster dev`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.worker import serving
+from tests.postgres_server import postgres_instance_env
 from tests.warehouse_tables import sample_source, scenario_environment
 
 BIN = Path(sys.executable).parent
@@ -42,11 +44,11 @@ def rows_of(spark, table: str) -> list[tuple]:
     return sorted(tuple(row) for row in frame.select(*sorted(frame.columns)).collect())
 
 
-def a_home(tmp_path: Path) -> Path:
-    """A Dagster home with the project's instance settings (the pool, the run queue)."""
+def a_home(tmp_path: Path, config: str = "dagster.yaml") -> Path:
+    """A Dagster home with one of the project's instance settings (the pool, the run queue)."""
     home = tmp_path / "home"
     home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(PROJECT_ROOT / config, home / "dagster.yaml")
     return home
 
 
@@ -116,7 +118,7 @@ def wait_for(what, condition, seconds: float):
 
 
 def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_brings_attributes_up_to_date(
-    spark, tmp_path
+    spark, tmp_path, monkeypatch
 ):
     """Findings: on its first start after command-line runs, the source sensor launched a run nobody
     needed; rows that reached the source behind the cursor waited for a person to type a command; a
@@ -125,12 +127,15 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
 
     from incremental_assets.lib.sample.stream import append_hours, generate_stream
 
-    home = a_home(tmp_path)
+    home = a_home(tmp_path, "dagster.postgres.yaml")
     a_workspace(tmp_path)
     source = str(tmp_path / "source")
     generate_stream(spark, source, PARAMS, hours=PARAMS.days * 24)
-    with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):
+    with postgres_instance_env() as postgres, scenario_environment(tmp_path / "warehouse", source, SETTINGS, home):
+        for name, value in postgres.items():
+            monkeypatch.setenv(name, value)  # for this process's instance, the worker's and the daemon's
         settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.get()
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
         runs_before = len(writers(instance))
         # The warm worker executes the runs the daemon launches (one at a time; a second goes to a process of its own).

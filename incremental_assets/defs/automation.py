@@ -1,6 +1,10 @@
 """What runs by itself: the incremental and daily jobs, the sensors that request them, and the
 hourly schedule. Sensors read Delta logs and the small state tables without a JVM (deltalake),
-and the Dagster instance; they never start Spark."""
+and the Dagster instance; they never start Spark. They look as often as the settings say
+(sensor_interval_seconds): each is declared here at the default interval (what a direct call
+evaluates) and built again at the settings' interval for the definitions."""
+
+from typing import Callable
 
 from dagster import (
     AssetKey,
@@ -14,6 +18,7 @@ from dagster import (
     RunRequest,
     RunsFilter,
     ScheduleDefinition,
+    SensorDefinition,
     SensorEvaluationContext,
     SkipReason,
     define_asset_job,
@@ -53,6 +58,21 @@ ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatu
 # The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
 NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
 KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
+DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
+REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
+
+
+def requesting_sensor(**declared) -> Callable:
+    """@sensor, on by default, at the default interval; defs() builds it at the settings' interval."""
+    def declare(evaluation: Callable) -> SensorDefinition:
+        REQUESTING.append((evaluation, declared))
+        return every(DEFAULT_INTERVAL, evaluation, declared)
+
+    return declare
+
+
+def every(seconds: int, evaluation: Callable, declared: dict) -> SensorDefinition:
+    return sensor(minimum_interval_seconds=seconds, default_status=DefaultSensorStatus.RUNNING, **declared)(evaluation)
 
 incremental_job = define_asset_job(
     INCREMENTAL_JOB,
@@ -85,10 +105,8 @@ def plan_waits(context: SensorEvaluationContext, settings: IncrementalSettings) 
     return None if changes.empty else SkipReason(" ".join(changes.describe()))
 
 
-@sensor(
+@requesting_sensor(
     job_name=INCREMENTAL_JOB,
-    minimum_interval_seconds=30,
-    default_status=DefaultSensorStatus.RUNNING,
     description="Requests an incremental run when the source events table has a version no run has "
     "assessed yet (runs of the command line included), a keyhole run for source rows behind the cursor, "
     "and more runs, one at a time, until a run is caught up (a backlog, a first load, a full refresh); "
@@ -158,10 +176,8 @@ def catch_up_key(instance: DagsterInstance, state: StateStore, models: list[str]
     return None
 
 
-@sensor(
+@requesting_sensor(
     job_name=DAILY_JOB,
-    minimum_interval_seconds=60,
-    default_status=DefaultSensorStatus.RUNNING,
     description="Requests daily_aggregates runs for the days the daily aggregation manifest marks "
     "to_process: one run per range of consecutive days, each request made once.",
 )
@@ -180,10 +196,8 @@ def daily_partitions_sensor(context: SensorEvaluationContext, settings: Incremen
     ]
 
 
-@sensor(
+@requesting_sensor(
     job_name=APPLY_PLAN_JOB,
-    minimum_interval_seconds=60,
-    default_status=DefaultSensorStatus.RUNNING,
     description="With apply_additive_changes, requests apply_plan_job when the settings add or remove "
     "attributes and nothing else; every other change waits for an operator's apply.",
 )
@@ -197,11 +211,9 @@ def additive_changes_sensor(context: SensorEvaluationContext, settings: Incremen
     return RunRequest(run_key="apply-" + "-".join(current[change.table].digest for change in changes.changes))
 
 
-@sensor(
+@requesting_sensor(
     name="attributes_after_daily_aggregates",
     asset_selection=AssetSelection.assets(ATTRIBUTES),
-    minimum_interval_seconds=30,
-    default_status=DefaultSensorStatus.RUNNING,
     description="Requests attributes once a change to daily_aggregates is done, whichever surface made it "
     "(a partition backfill from the UI, dagster asset materialize); daily_job writes both in one run.",
 )
@@ -225,5 +237,5 @@ def defs(settings: IncrementalSettings) -> Definitions:
     return Definitions(
         jobs=[incremental_job, daily_job],
         schedules=[hourly_incremental_schedule],
-        sensors=[source_events_sensor, daily_partitions_sensor, additive_changes_sensor, attributes_after_daily_aggregates],
+        sensors=[every(settings.sensor_interval_seconds, evaluation, declared) for evaluation, declared in REQUESTING],
     )

@@ -106,6 +106,9 @@ class IncrementalSettings(ConfigurableResource):
     daily_aggregates_fresh_hours: float = Field(
         default=30, description="daily_aggregates shows stale (red) when not updated for this many hours (> 0)"
     )
+    sensor_interval_seconds: int = Field(
+        default=30, description="How often the sensors that request runs look at the source and the manifests (>= 5)"
+    )
     maintenance_retention_hours: float = Field(
         default=168, description="History table maintenance keeps (VACUUM retention; >= 168, Delta's own minimum)"
     )
@@ -159,6 +162,8 @@ class IncrementalSettings(ConfigurableResource):
         for name in ("filtered_events_fresh_hours", "daily_aggregates_fresh_hours"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be a number of hours > 0 (got {getattr(self, name)})")
+        if not self.sensor_interval_seconds >= 5:  # the daemon looks at its sensors every 5 s at most
+            problems.append(f"sensor_interval_seconds must be an integer >= 5 (got {self.sensor_interval_seconds})")
         if not self.maintenance_retention_hours >= 168:
             problems.append(
                 f"maintenance_retention_hours must be >= 168 (got {self.maintenance_retention_hours}): the daily "

@@ -238,3 +238,25 @@ def test_attributes_follow_a_backfill_that_lands_between_the_same_two_ticks_as_a
     instance.report_run_canceled(instance.get_run_by_id("backfill-run"))
     written(ATTRIBUTES)  # the requested run
     assert isinstance(tick(), SkipReason)
+
+
+def test_the_sensors_that_request_runs_look_as_often_as_the_settings_say():
+    import pytest
+    from dagster import SensorDefinition
+
+    from incremental_assets.definitions import build_definitions
+    from incremental_assets.defs import automation
+    from incremental_assets.lib.settings import SettingsError, load_settings
+
+    requesting = {"source_events_sensor", "daily_partitions_sensor", "additive_changes_sensor", "attributes_after_daily_aggregates"}
+
+    def intervals(settings):
+        sensors = build_definitions(settings).sensors
+        return {s.name: s.minimum_interval_seconds for s in sensors if s.name in requesting}
+
+    assert intervals(IncrementalSettings()) == dict.fromkeys(requesting, 30)
+    assert intervals(load_settings(overrides={"sensor_interval_seconds": "5"}, environ={})) == dict.fromkeys(requesting, 5)
+    declared = [getattr(automation, name) for name in requesting]  # what a direct call evaluates
+    assert all(isinstance(s, SensorDefinition) and s.minimum_interval_seconds == 30 for s in declared)
+    with pytest.raises(SettingsError, match=r"sensor_interval_seconds must be an integer >= 5 \(got 2\)"):
+        load_settings(overrides={"sensor_interval_seconds": "2"}, environ={})

@@ -35,7 +35,8 @@ from tests.warehouse_tables import sample_source, scenario_environment
 
 BIN = Path(sys.executable).parent
 PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=(utcnow() - timedelta(days=6)).date(), seed=11)
-SETTINGS = {"start_date": PARAMS.start_date.isoformat()}
+# The daemon's sensors look every 5 s (at the default 30 s the test would mostly wait).
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_seconds": 5}
 IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 

@@ -74,6 +74,7 @@ def requesting_sensor(**declared) -> Callable:
 def every(seconds: int, evaluation: Callable, declared: dict) -> SensorDefinition:
     return sensor(minimum_interval_seconds=seconds, default_status=DefaultSensorStatus.RUNNING, **declared)(evaluation)
 
+
 incremental_job = define_asset_job(
     INCREMENTAL_JOB,
     # the base chain, every incremental asset (a user's own, in any group), the daily manifest

@@ -158,11 +158,12 @@ class Worker:
             stop_watching.set()
             watcher.join()
         status = self.instance.get_run_by_id(run_id).status
-        self.report(f"run {run_id} ({run.job_name}): {status.value} in {time.monotonic() - started:.1f} s")
         if status == DagsterRunStatus.CANCELED:
             self.stale.set()
         if not self.stale.is_set():
             self._forget_the_run()
+        # Last: once this line is out, the worker takes the next run (the run's own status came first).
+        self.report(f"run {run_id} ({run.job_name}): {status.value} in {time.monotonic() - started:.1f} s")
 
     def _stop(self, signum, frame) -> None:
         self.stopping = True

@@ -106,6 +106,10 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             # Canceled as the UI's Terminate does, while a call to Spark is in flight (the worker's
             # JVM is paused, so the call cannot finish first): the run ends Canceled, and the worker
             # restarts with a new JVM under the same pid, in which the next run stores every event.
+            # The JVM is paused once the worker is done with the last run (its status is out before
+            # the worker lets go of the run's cache): a worker still busy sends the run to a process
+            # of its own, which the pause would not hold.
+            wait_for("the worker to be done with the run", lambda: f"run {warm.run_id}" in (tmp_path / "worker.log").read_text(), 60)
             jvm = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
             for pid in jvm:
                 os.kill(pid, signal.SIGSTOP)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-LOCALHOST = "127.0.0.1"
+from tests.spark_processes import LOCALHOST, free_ports
+
 USER = "dagster"
 DATABASE = "dagster"
 
@@ -34,18 +35,18 @@ def postgres_instance_env() -> Iterator[dict[str, str]]:
     binaries = server_binaries()
     assert binaries is not None, "PostgreSQL is not installed: apt-get install postgresql (make test does)"
     work = Path(tempfile.mkdtemp(prefix="incremental-assets-postgres-"))
-    os.chown(work, *_postgres_ids())
+    owner = pwd.getpwnam("postgres")
+    os.chown(work, owner.pw_uid, owner.pw_gid)
     data = work / "data"
     as_postgres = {"user": "postgres", "group": "postgres", "cwd": work}
     subprocess.run([binaries / "initdb", "-D", data, "-U", USER, "--auth=trust", "-E", "UTF8"],
                    check=True, capture_output=True, **as_postgres)
-    with socket.socket() as probe:
-        probe.bind((LOCALHOST, 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [binaries / "postgres", "-D", data, "-h", LOCALHOST, "-p", str(port), "-k", work, "-c", "fsync=off"],
-        stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT, **as_postgres,
-    )
+    [port] = free_ports(1)
+    with open(work / "server.log", "w") as log:
+        server = subprocess.Popen(
+            [binaries / "postgres", "-D", data, "-h", LOCALHOST, "-p", str(port), "-k", work, "-c", "fsync=off"],
+            stdout=log, stderr=subprocess.STDOUT, **as_postgres,
+        )
     try:
         deadline = time.monotonic() + 60
         while subprocess.run([binaries / "pg_isready", "-h", LOCALHOST, "-p", str(port)], capture_output=True).returncode:
@@ -59,9 +60,3 @@ def postgres_instance_env() -> Iterator[dict[str, str]]:
         server.wait(60)
         shutil.rmtree(work, ignore_errors=True)
 
-
-def _postgres_ids() -> tuple[int, int]:
-    import pwd
-
-    entry = pwd.getpwnam("postgres")
-    return entry.pw_uid, entry.pw_gid

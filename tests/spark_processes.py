@@ -47,7 +47,7 @@ class Started:
 @contextmanager
 def standalone_cluster(work: Path, cores: int = 2, memory: str = "3g") -> Iterator[Started]:
     """A master and one worker, as `sbin/start-master.sh` and `start-worker.sh` would start them."""
-    master_port, master_ui, worker_ui = _free_ports(3)
+    master_port, master_ui, worker_ui = free_ports(3)
     started = Started("SPARK_MASTER", f"spark://{LOCALHOST}:{master_port}", work, master_ui)
     try:
         master = _launch(started, "master", [str(SPARK_HOME / "bin/spark-class"), "org.apache.spark.deploy.master.Master",
@@ -66,7 +66,7 @@ def standalone_cluster(work: Path, cores: int = 2, memory: str = "3g") -> Iterat
 @contextmanager
 def connect_server(work: Path) -> Iterator[Started]:
     """A Spark Connect server (local[2]), as `incremental-assets connect-server` starts it."""
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     started = Started("SPARK_REMOTE", f"sc://{LOCALHOST}:{port}", work)
     try:
         server = _launch(started, "connect", [*connect_server_command(port, LOCALHOST, "local[2]"), "--conf", "spark.ui.enabled=false"])
@@ -141,7 +141,8 @@ def _listening(port: int) -> bool:
         return probe.connect_ex((LOCALHOST, port)) == 0
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` ports free on 127.0.0.1 now (for servers a test starts)."""
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
         s.bind((LOCALHOST, 0))

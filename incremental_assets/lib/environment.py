@@ -65,6 +65,10 @@ def instance_config(home: Path) -> str:
     if not config.exists():
         return "no dagster.yaml: Dagster's defaults, SQLite"
     text = config.read_text()
-    storage = next(iter((yaml.safe_load(text) or {}).get("storage") or {"sqlite": None}))
+    settings = yaml.safe_load(text) or {}
+    if "storage" in settings:
+        storage = next(iter(settings["storage"]))
+    else:  # the older form names each storage's class; runs' stands for the three
+        storage = (settings.get("run_storage") or {}).get("class", "sqlite")
     whose = "the project's" if text == (PROJECT_ROOT / "dagster.yaml").read_text() else "its own, left as it is"
     return f"{config} ({whose}; storage: {storage})"

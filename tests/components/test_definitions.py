@@ -70,6 +70,9 @@ def test_a_dagster_home_gets_the_projects_config_only_where_it_has_none_and_says
     monkeypatch.setenv("DAGSTER_HOME", str(own))
     assert dagster_home() == own and (own / "dagster.yaml").read_text() == operators
     assert instance_config(own) == f"{own / 'dagster.yaml'} (its own, left as it is; storage: postgres)"
+    legacy = "run_storage:\n  module: dagster_postgres.run_storage\n  class: PostgresRunStorage\n"
+    (own / "dagster.yaml").write_text(legacy)  # Dagster's older form, one block per storage
+    assert instance_config(own).endswith("(its own, left as it is; storage: PostgresRunStorage)")
 
 
 def test_definitions_load_against_a_missing_warehouse_and_read_nothing(tmp_path):

@@ -32,7 +32,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds
 from incremental_assets.lib.source.loader import Load, LoadOptions, load
 from incremental_assets.lib.state.fingerprints import Plan
-from incremental_assets.lib.state.hooks import alive_in
+from incremental_assets.lib.state.hooks import alive_in, runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.lib.state.store import StateStore
@@ -178,6 +178,7 @@ def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
     job = build_definitions(settings).resolve_job_def(job_name)
+    runs_in_flight(instance)  # fails the runs of killed processes in the instance, as the lease does in the run log
     timings.mark(f"{job_name}: definitions")
     result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False, tags=tags)
     timings.mark(f"{job_name}: run")

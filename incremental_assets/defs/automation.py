@@ -16,7 +16,6 @@ from dagster import (
     Definitions,
     MetadataValue,
     RunRequest,
-    RunsFilter,
     ScheduleDefinition,
     SensorDefinition,
     SensorEvaluationContext,
@@ -50,11 +49,11 @@ from incremental_assets.lib.incremental.limits import RunState
 from incremental_assets.lib.incremental.run_plan import last_assessed, waiting_behind_cursor
 from incremental_assets.lib.source.arrivals import Stranded
 from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.hooks import runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
-ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 # The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
 NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
 KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
@@ -121,7 +120,7 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     waiting = plan_waits(context, settings)
     if waiting is not None:
         return waiting
-    active = context.instance.get_runs(filters=RunsFilter(job_name=INCREMENTAL_JOB, statuses=ACTIVE), limit=1)
+    active = runs_in_flight(context.instance, job_name=INCREMENTAL_JOB)
     if active:
         return SkipReason(f"Run {active[0].run_id} is still processing; the next check will pick up version {version}")
     state = StateStore()
@@ -227,7 +226,7 @@ def attributes_after_daily_aggregates(context: SensorEvaluationContext):
     if not daily or (attributes and attributes[0].storage_id > daily[0].storage_id):
         return SkipReason("No change to daily_aggregates since attributes was written")
     writing = {AssetKey(DAILY_AGGREGATES), AssetKey(ATTRIBUTES)}
-    if any(run.job_name == DAILY_JOB or writing & set(run.asset_selection or ()) for run in instance.get_runs(RunsFilter(statuses=ACTIVE))):
+    if any(run.job_name == DAILY_JOB or writing & set(run.asset_selection or ()) for run in runs_in_flight(instance)):
         return SkipReason("A run that writes daily_aggregates or attributes is in flight")
     if instance.get_backfills(status=BulkActionStatus.REQUESTED):
         return SkipReason("A backfill is in progress: attributes follows once it is done")

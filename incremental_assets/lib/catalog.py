@@ -47,6 +47,9 @@ INCREMENTAL_TAG = "incremental_assets/incremental"
 KEYHOLE_TAG = "incremental_assets/keyhole"
 # A run the warm worker executes (lib/worker.py): the worker's host:pid, which outlives the run.
 WORKER_TAG = "incremental_assets/worker"
+# The host:pid of the process executing a run (command line, run worker or warm worker), tagged when
+# the run starts: a killed process never reports its run's end, so its absence is how it is told.
+PROCESS_TAG = "incremental_assets/process"
 # Every asset that writes the warehouse is in this concurrency pool (lib/assets.py), whichever job
 # or surface runs it: the run queue starts one such run at a time (dagster.yaml: pools at run
 # granularity, limit 1). Outside the queue (an in-process run), the run log's lease refuses a

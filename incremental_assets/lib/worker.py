@@ -25,7 +25,7 @@ from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import WORKER_TAG
-from incremental_assets.lib.state.hooks import process_exists
+from incremental_assets.lib.state.hooks import process_exists, process_gone
 
 ADDRESS_FILE = "worker.json"
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -97,14 +97,7 @@ class WarmRunLauncher(DefaultRunLauncher):
         return True
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
-        """A worker's run is as alive as the worker. A run in its own process is reported running:
-        Dagster's default launcher does not watch it either, and run monitoring fails a run whose
-        health is anything but running or success."""
-        if WORKER_TAG not in run.tags:
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "not watched: the run executes in its own process")
-        host, pid = run.tags[WORKER_TAG].rsplit(":", 1)
-        if host != socket.gethostname():
-            return CheckRunHealthResult(WorkerStatus.RUNNING, f"not watched: the run's worker is on {host}")
-        if (serving() or {}).get("pid") == int(pid):  # serving: its process exists
-            return CheckRunHealthResult(WorkerStatus.RUNNING)
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"the warm worker (pid {pid}) that executed the run is gone")
+        """Run monitoring fails a run whose process on this machine is gone (a killed command line,
+        run worker or warm worker); a run elsewhere is reported running: nothing here can see it."""
+        why = process_gone(run)
+        return CheckRunHealthResult(WorkerStatus.RUNNING) if why is None else CheckRunHealthResult(WorkerStatus.FAILED, why)

@@ -260,3 +260,36 @@ def test_the_sensors_that_request_runs_look_as_often_as_the_settings_say():
     assert all(isinstance(s, SensorDefinition) and s.minimum_interval_seconds == 30 for s in declared)
     with pytest.raises(SettingsError, match=r"sensor_interval_seconds must be an integer >= 5 \(got 2\)"):
         load_settings(overrides={"sensor_interval_seconds": "2"}, environ={})
+
+
+def test_a_run_whose_process_is_gone_is_failed_and_holds_back_no_sensor_while_a_live_or_distant_one_does():
+    """A killed process never reports its run's end. Its run, left started, kept the source sensor
+    skipping every tick ("still processing") and the UI showing it running forever."""
+    import os
+    import socket
+    import subprocess
+
+    from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+    from dagster._core.launcher import WorkerStatus
+
+    from incremental_assets.lib.catalog import PROCESS_TAG
+    from incremental_assets.lib.state.hooks import runs_in_flight
+    from incremental_assets.lib.worker import WarmRunLauncher
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a pid that no process has now
+    here = socket.gethostname()
+    instance = DagsterInstance.ephemeral()
+    runs = {name: instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id=name, status=DagsterRunStatus.STARTED,
+                                              tags={PROCESS_TAG: process}))
+            for name, process in [("killed", f"{here}:{ended.pid}"), ("alive", f"{here}:{os.getpid()}"),
+                                  ("elsewhere", f"another-host:{ended.pid}")]}
+    health = {name: WarmRunLauncher().check_run_worker_health(run) for name, run in runs.items()}
+    assert health["killed"].status == WorkerStatus.FAILED and f"pid {ended.pid}" in health["killed"].msg
+    assert health["alive"].status == health["elsewhere"].status == WorkerStatus.RUNNING
+
+    assert sorted(run.run_id for run in runs_in_flight(instance)) == ["alive", "elsewhere"]
+    killed = instance.get_run_by_id("killed")
+    assert killed.status == DagsterRunStatus.FAILURE
+    failure = instance.all_logs("killed")[-1]
+    assert failure.dagster_event.event_type == DagsterEventType.RUN_FAILURE and f"process (pid {ended.pid})" in failure.message

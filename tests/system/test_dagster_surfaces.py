@@ -203,3 +203,45 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
         events = read_table(spark, StateStore().uri("filtered_events"))
         page_views = read_table(spark, StateStore().uri(ATTRIBUTES)).agg(F.sum("page_views")).first()[0]
         assert page_views == events.where(F.col("event_name") == "page_view").count(), "attributes hold every stored event"
+
+
+# A command-line run killed outright once it holds the lease, as the OOM killer or a lost terminal would.
+KILLED_HOLDING_THE_LEASE = """
+import os, signal
+from incremental_assets import cli
+from incremental_assets.lib.state.store import StateStore
+
+acquire = StateStore.acquire
+def acquire_then_die(self, *args, **kwargs):
+    acquire(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+StateStore.acquire = acquire_then_die
+cli.leave(cli.main(["run"]))
+"""
+
+
+def test_a_killed_command_line_run_is_failed_by_the_sensor_and_run_monitoring_and_holds_back_nothing(spark, tmp_path):
+    """Finding: a SIGKILLed `incremental-assets run` stayed STARTED in the instance, and the daemon's
+    source sensor skipped every tick after it ("still processing"): a stuck pipeline."""
+    from dagster._core.launcher import WorkerStatus
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.catalog import INCREMENTAL_JOB, PROCESS_TAG
+
+    source = sample_source(spark, PARAMS, tmp_path)
+    with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home=a_home(tmp_path)):
+        killed = subprocess.Popen([sys.executable, "-c", KILLED_HOLDING_THE_LEASE], env=dict(os.environ),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, errors = killed.communicate(timeout=600)
+        assert killed.returncode == -signal.SIGKILL, errors[-3000:]
+        with DagsterInstance.get() as instance:
+            [run] = instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB))
+            assert run.status == DagsterRunStatus.STARTED and run.tags[PROCESS_TAG].endswith(f":{killed.pid}")
+            assert [r["status"] for r in StateStore().run_log(run_id=run.run_id)].count(PROCESSING) > 0
+
+            health = instance.run_launcher.check_run_worker_health(run)  # what run monitoring asks
+            assert health.status == WorkerStatus.FAILED and f"pid {killed.pid}" in health.msg
+
+            tick = source_events_sensor(build_sensor_context(instance=instance, resources={"settings": IncrementalSettings(**SETTINGS)}))
+            assert isinstance(tick, RunRequest), tick
+            assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE

@@ -11,14 +11,16 @@ from typing import Callable
 from dagster import (
     DagsterEventType,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     HookContext,
     MetadataValue,
+    RunsFilter,
     failure_hook,
     success_hook,
 )
 
-from incremental_assets.lib.catalog import WORKER_TAG
+from incremental_assets.lib.catalog import PROCESS_TAG, WORKER_TAG
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
 from incremental_assets.lib.state.run_log import PROCESSED, Record
 from incremental_assets.lib.state.store import StateStore
@@ -45,6 +47,34 @@ def alive_in(instance: DagsterInstance) -> Callable[[Record], bool]:
         return run is None or run.status in LIVE
 
     return alive
+
+
+def process_gone(run: DagsterRun) -> str | None:
+    """Why a run the instance calls started is over, when the process executing it on this machine
+    is gone (its tag is set as the run starts; a warm worker's, at hand-over); None while it lives,
+    or when it runs elsewhere."""
+    for tag, executor in ((PROCESS_TAG, "process"), (WORKER_TAG, "warm worker")):
+        if tag in run.tags:
+            host, pid = run.tags[tag].rsplit(":", 1)
+            if host == socket.gethostname() and not process_exists(int(pid)):
+                return f"the {executor} (pid {pid}) that executed the run is gone"
+            return None
+    return None
+
+
+def runs_in_flight(instance: DagsterInstance, **filters) -> list[DagsterRun]:
+    """The runs the instance calls live, less those whose process is gone, which are failed here: a
+    killed process never reports its run's end, and a run left started would hold back every sensor
+    and the UI would show it running forever. Run monitoring does the same through the launcher's
+    health check, where it is enabled."""
+    live = []
+    for run in instance.get_runs(filters=RunsFilter(statuses=list(LIVE), **filters)):
+        why = process_gone(run) if run.status == DagsterRunStatus.STARTED else None
+        if why is None:
+            live.append(run)
+        else:
+            instance.report_run_failed(run, f"Marked failed: {why} (killed, or the machine restarted).")
+    return live
 
 
 def process_exists(pid: int) -> bool:

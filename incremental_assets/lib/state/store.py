@@ -17,13 +17,13 @@ from datetime import date, datetime, timedelta
 from typing import Any, Callable, Mapping
 
 import pyarrow as pa
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, InitResourceContext
 from dagster._core.errors import DagsterInvalidPropertyError
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from pydantic import Field
 
-from incremental_assets.lib.catalog import DAILY_MANIFEST, FINGERPRINTS, INCREMENTAL_MANIFEST, RUN_LOG
+from incremental_assets.lib.catalog import DAILY_MANIFEST, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
 from incremental_assets.lib.delta.log import data_files, read_rows, stored_table
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
@@ -121,6 +121,11 @@ class LeaseHeld(RuntimeError):
 
 class StateStore(ConfigurableResource):
     warehouse_root: str | None = Field(default=None, description="Default INCREMENTAL_ASSETS_WAREHOUSE")
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """The run names its process in the instance, as its lease records do in the run log."""
+        if context.instance is not None and context.run is not None:
+            context.instance.add_run_tags(context.run.run_id, {PROCESS_TAG: f"{socket.gethostname()}:{os.getpid()}"})
 
     def uri(self, table: str) -> str:
         return table_uri(table, self.warehouse_root or warehouse_root())

@@ -47,6 +47,8 @@ def leave(code: int) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if environment.on_object_store():
+            environment.s3_endpoint()  # a store deltalake would refuse is named before anything starts
         return args.command(args) or 0
     except Exception as error:  # noqa: BLE001 - every failure ends in one line; its traceback goes to the log
         return _failed(error)
@@ -263,12 +265,13 @@ def _preview(args) -> None:
 
 
 def _setup(args) -> None:
-    from incremental_assets.lib.spark import resolve_delta_jars
+    from incremental_assets.lib.spark import driver_jars
 
     started = time.perf_counter()
-    jars = resolve_delta_jars()
+    jars = driver_jars()
     home = environment.dagster_home()
-    print(f"Delta jars ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
+    store = " (with S3A's, for the object store)" if environment.on_object_store() else ""
+    print(f"Delta jars{store} ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
     print(f"Dagster instance: {environment.instance_config(home)}")
 
 

@@ -7,6 +7,7 @@ clone works without configuration and a deployment points the same code elsewher
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,7 @@ import yaml
 from incremental_assets.lib.catalog import ATOMIC_EVENTS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+OBJECT_STORE_SCHEMES = ("s3", "s3a")
 
 
 def warehouse_root() -> str:
@@ -45,6 +47,36 @@ def jar_cache_dir() -> Path:
 
 def is_uri(location: str) -> bool:
     return "://" in location
+
+
+def is_object_store(location: str) -> bool:
+    """An S3 API URI: `s3://` and `s3a://` name the same object for Spark (S3A serves both) and
+    deltalake."""
+    return location.split("://", 1)[0] in OBJECT_STORE_SCHEMES if is_uri(location) else False
+
+
+def on_object_store() -> bool:
+    return is_object_store(warehouse_root()) or is_object_store(source_table_uri())
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where the S3 API answers, from the standard AWS variables, which deltalake reads itself and
+    Spark's S3A is set from (lib/spark.py). Credentials are not here: both take them from the AWS
+    chain (environment, profile, instance role) on each machine."""
+
+    url: str | None
+    region: str | None
+    virtual_hosted: bool  # buckets as host names; deltalake's default, and so S3A's, is by path
+
+
+def s3_endpoint() -> S3Endpoint:
+    url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if url and url.startswith("http://") and os.environ.get("AWS_ALLOW_HTTP", "").lower() != "true":
+        raise ValueError(f"The S3 endpoint {url} is plain HTTP: set AWS_ALLOW_HTTP=true to accept it "
+                         "(deltalake refuses it otherwise), or use https")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    return S3Endpoint(url, region, os.environ.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").lower() == "true")
 
 
 def dagster_home() -> Path:

@@ -8,12 +8,14 @@ project owns. Every later start points `spark.jars` at the cached files and need
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,15 @@ from pydantic import Field
 from pyspark.sql import SparkSession
 
 from incremental_assets.lib import timings
-from incremental_assets.lib.environment import jar_cache_dir
+from incremental_assets.lib.environment import jar_cache_dir, on_object_store, s3_endpoint
 
 # delta-spark_2.13 4.0.x is built against Spark 4.0 (pyproject pins the matching pyspark); other
 # pairs are compared in benchmarks/engine.md.
 DELTA_VERSION = "4.0.1"
 DELTA_PACKAGE = f"io.delta:delta-spark_2.13:{DELTA_VERSION}"
+# hadoop-aws 3.4.1 was built with the AWS SDK 2.24.6, whose s3-transfer-manager was never published
+# to Maven Central: the next patch release that has both modules.
+AWS_SDK_VERSION = "2.24.8"
 JAR_LIST_FILE = "resolved-jars.txt"
 
 # Ivy's default public resolver only (Maven Central; the cache is spark.jars.ivy). Spark's default
@@ -122,28 +127,66 @@ def driver_memory(physical_bytes: int) -> str:
     return f"{min(max(gib, 2), 8)}g"
 
 
-def _version_dir() -> Path:
-    return jar_cache_dir() / f"delta-{DELTA_VERSION}"
+@dataclass(frozen=True)
+class JarSet:
+    """Maven packages a Spark driver needs beyond Spark's own jars, resolved once into a folder of
+    the project's jar cache; every later start reads the list from there, offline."""
+
+    name: str  # the folder
+    packages: tuple[str, ...]  # "group:artifact:version"
+    excludes: tuple[str, ...] = ()  # "group:artifact" left out of the dependencies
+
+    @property
+    def folder(self) -> Path:
+        return jar_cache_dir() / self.name
+
+    def cached(self) -> list[str] | None:
+        """The jar files resolved earlier, or None when the cache is missing or incomplete."""
+        listing = self.folder / JAR_LIST_FILE
+        if not listing.exists():
+            return None
+        jars = listing.read_text().split()
+        if not jars or not all(Path(jar).exists() for jar in jars):
+            return None
+        return jars
+
+    def resolve(self) -> list[str]:
+        """The jar paths, resolved into the cache first when they are not there (idempotent)."""
+        jars = self.cached()
+        if jars is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(self.folder / ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # two first starts at once: one resolves, the other reads its list
+                jars = self.cached()
+                if jars is None:
+                    jars = not_shipped_with_spark(_resolve(self))
+                    (self.folder / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
+        return jars
 
 
-def cached_delta_jars() -> list[str] | None:
-    """The jar files resolved at set-up, or None when the cache is missing or incomplete."""
-    listing = _version_dir() / JAR_LIST_FILE
-    if not listing.exists():
-        return None
-    jars = listing.read_text().split()
-    if not jars or not all(Path(jar).exists() for jar in jars):
-        return None
-    return jars
+def hadoop_version() -> str:
+    """The Hadoop client the installed pyspark ships: hadoop-aws must be the same release."""
+    [api] = (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
+    return api.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
 
 
-def resolve_delta_jars() -> list[str]:
-    """Resolve the Delta jars into the project cache (idempotent); returns the jar paths."""
-    jars = cached_delta_jars()
-    if jars is None:
-        jars = not_shipped_with_spark(_resolve(DELTA_PACKAGE))
-        (_version_dir() / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
-    return jars
+DELTA_JARS = JarSet(f"delta-{DELTA_VERSION}", (DELTA_PACKAGE,))
+
+
+def object_store_jars() -> JarSet:
+    """S3A (hadoop-aws) and the two AWS SDK modules it calls, instead of the SDK's all-in-one bundle
+    that hadoop-aws's POM names (about 9 MB against 560 MB; docs/deployment.md)."""
+    return JarSet(
+        f"hadoop-aws-{hadoop_version()}",
+        (f"org.apache.hadoop:hadoop-aws:{hadoop_version()}", f"software.amazon.awssdk:s3:{AWS_SDK_VERSION}",
+         f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}"),
+        excludes=("software.amazon.awssdk:bundle",),
+    )
+
+
+def driver_jars() -> list[str]:
+    """Delta's jars; and S3A's when the warehouse or the source is on an object store."""
+    return DELTA_JARS.resolve() + (object_store_jars().resolve() if on_object_store() else [])
 
 
 def _artifact(jar_name: str) -> str:
@@ -159,18 +202,19 @@ def not_shipped_with_spark(jars: list[str]) -> list[str]:
     return [jar for jar in jars if _artifact(Path(jar).name.split("_", 1)[1]) not in shipped]
 
 
-def _resolve(package: str) -> list[str]:
-    """Resolve `package` ("group:artifact:version") and its dependencies into the project cache.
+def _resolve(jars: JarSet) -> list[str]:
+    """Resolve the set's packages and their dependencies into its folder of the project cache.
 
     A failure raises with Ivy's reason: in-process, Spark would only report that the Java
     gateway exited.
     """
-    ivy = _version_dir() / "ivy"
-    settings = _version_dir() / "ivysettings.xml"
+    ivy = jars.folder / "ivy"
+    settings = jars.folder / "ivysettings.xml"
     settings.parent.mkdir(parents=True, exist_ok=True)
     settings.write_text(IVY_SETTINGS)
     conf = {
-        "spark.jars.packages": package,
+        "spark.jars.packages": ",".join(jars.packages),
+        "spark.jars.excludes": ",".join(jars.excludes),
         "spark.jars.ivy": str(ivy),
         "spark.jars.ivySettings": str(settings),
         "spark.ui.enabled": "false",
@@ -180,14 +224,14 @@ def _resolve(package: str) -> list[str]:
     result = subprocess.run(
         [sys.executable, "-c", RESOLVE_SCRIPT, json.dumps(conf)], env=env, capture_output=True, text=True
     )
-    group, artifact, version = package.split(":")
-    jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar"))
-    if result.returncode != 0 or f"{group}_{artifact}-{version}.jar" not in {Path(j).name for j in jars}:
+    found = sorted(str(p) for p in (ivy / "jars").glob("*.jar"))
+    wanted = {"{}_{}-{}.jar".format(*package.split(":")) for package in jars.packages}
+    if result.returncode != 0 or not wanted <= {Path(jar).name for jar in found}:
         raise RuntimeError(
-            f"Could not resolve {package} from Maven Central into {ivy} (Ivy settings: {settings}):\n"
+            f"Could not resolve {', '.join(jars.packages)} from Maven Central into {ivy} (Ivy settings: {settings}):\n"
             + _failure_cause(result.stdout + result.stderr)
         )
-    return jars
+    return found
 
 
 def _failure_cause(output: str) -> str:
@@ -293,8 +337,26 @@ def driver_conf() -> dict[str, str]:
     java = f"{JAVA_OPTIONS} {jvm_log_option()}".strip()
     return {
         **LOCAL_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.memory": memory, **DELTA_CONF,
-        "spark.jars": ",".join(resolve_delta_jars()),
+        "spark.jars": ",".join(driver_jars()), **object_store_conf(),
     }
+
+
+def object_store_conf() -> dict[str, str]:
+    """S3A's settings, from where deltalake finds the store too (environment.s3_endpoint); on a
+    cluster they reach the executors with the job's Hadoop configuration. None for a local warehouse."""
+    if not on_object_store():
+        return {}
+    endpoint = s3_endpoint()
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",  # s3:// as deltalake reads it
+        "spark.hadoop.fs.s3a.path.style.access": str(not endpoint.virtual_hosted).lower(),
+    }
+    if endpoint.url:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint.url
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(endpoint.url.startswith("https://")).lower()
+    if endpoint.region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = endpoint.region
+    return conf
 
 
 def jvm_log_option() -> str:

@@ -35,6 +35,15 @@ def test_invalid_settings_fail_before_spark_starts(assignment, message, warehous
     assert "Spark" not in result.stderr and "Traceback" not in result.stderr
 
 
+def test_an_object_store_over_plain_http_is_refused_before_anything_starts_until_accepted(tmp_path):
+    """deltalake refuses an http:// endpoint deep in its first read ("URL scheme is not allowed")."""
+    env = {"INCREMENTAL_ASSETS_WAREHOUSE": "s3://bucket/warehouse", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+           "AWS_ALLOW_HTTP": "", "DAGSTER_HOME": str(tmp_path)}
+    for command in (["run"], ["show", "run_log"]):
+        result = cli(*command, env=env)
+        assert result.returncode == 2 and "error: The S3 endpoint http://127.0.0.1:9 is plain HTTP: set AWS_ALLOW_HTTP=true" in result.stderr
+
+
 def test_settings_layers_environment_file_and_overrides(tmp_path):
     config = tmp_path / "vars.yaml"
     config.write_text("backfill_limit_days: 7\nlookback_window_hours: 2\napp_ids: [website]\n")

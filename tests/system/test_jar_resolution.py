@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.lib.spark import (
+    DELTA_JARS,
     DELTA_VERSION,
-    _resolve,
+    JarSet,
     driver_memory,
     not_shipped_with_spark,
-    resolve_delta_jars,
 )
 
 # What `mvn dependency:get -Dartifact=...:pom` or an interrupted Maven build leaves behind.
@@ -43,12 +43,12 @@ def test_jars_resolve_despite_a_pom_without_its_jar_in_the_maven_cache(tmp_path,
     # Java takes user.home from the passwd entry, not $HOME.
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"-Duser.home={home}")
 
-    jars = resolve_delta_jars()
+    jars = DELTA_JARS.resolve()
 
     assert f"io.delta_delta-spark_2.13-{DELTA_VERSION}.jar" in [Path(jar).name for jar in jars]
     assert all(Path(jar).is_relative_to(jar_cache) for jar in jars)
     assert not (home / ".ivy2").exists()
-    assert resolve_delta_jars() == jars  # now a cache hit
+    assert DELTA_JARS.resolve() == jars  # now a cache hit
     # Delta's POM also names Parquet, Jackson and Hadoop; Spark's own copies of those stay in charge.
     assert not any(Path(jar).name.startswith(("org.apache.parquet_", "org.apache.hadoop_")) for jar in jars)
 
@@ -67,7 +67,7 @@ def test_only_jars_spark_does_not_ship_are_added_to_its_class_path():
 
 def test_a_failed_resolution_names_its_cause(jar_cache):
     with pytest.raises(RuntimeError) as failure:
-        _resolve("io.delta:no-such-artifact_2.13:0.0.1")
+        JarSet(f"delta-{DELTA_VERSION}", ("io.delta:no-such-artifact_2.13:0.0.1",)).resolve()
 
     message = str(failure.value)
     assert "io.delta#no-such-artifact_2.13;0.0.1: not found" in message

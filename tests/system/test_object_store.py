@@ -1,0 +1,91 @@
+"""Tables on an object store: with the source and the warehouse in a bucket of a real S3 API server
+(moto's, tests/s3_server.py), the pipeline driven through its commands leaves the tables a local
+warehouse leaves over the same events; two runs started at once still make one writer; the sensors
+read the Delta logs there without a JVM."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterInstance, SkipReason, build_sensor_context
+from deltalake import DeltaTable, write_deltalake
+
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.utc import utcnow
+from incremental_assets.lib.environment import PROJECT_ROOT
+from incremental_assets.lib.state.store import StateStore
+from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, s3_server
+from tests.warehouse_tables import COMPARED, RUN_DEPENDENT, reference_run, scenario_environment
+
+PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=6)).date(), seed=13, bot_share=0.2)
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+DAYS = (PARAMS.start_date, PARAMS.start_date + timedelta(days=1))
+COMMAND = [sys.executable, "-m", "incremental_assets"]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as env:
+        yield env
+
+
+def stored(warehouse: str) -> dict[str, list[tuple]]:
+    """The compared tables as deltalake reads them, from either store (this test's Spark has no S3A)."""
+    tables = {}
+    for name in COMPARED:
+        rows = DeltaTable(f"{warehouse}/{name}").to_pyarrow_table().to_pylist()
+        columns = sorted(set(rows[0]) - set(RUN_DEPENDENT.get(name, ()))) if rows else []
+        tables[name] = sorted(tuple(row[column] for column in columns) for row in rows)
+    return tables
+
+
+def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_and_one_writer_at_a_time(
+    spark, s3, tmp_path, monkeypatch
+):
+    local_source, _ = reference_run(spark, PARAMS, SETTINGS, tmp_path / "local", days=DAYS)
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    # Both schemes: deltalake and Spark read each (S3A serves s3:// too).
+    source, warehouse = f"s3://{BUCKET}/source", f"s3a://{BUCKET}/warehouse"
+    write_deltalake(source, DeltaTable(local_source).to_pyarrow_table())
+    (tmp_path / "home").mkdir()
+
+    with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
+        # The first two runs start at the same moment: both take the lease at their first write.
+        printed = []
+        both = [subprocess.Popen([*COMMAND, "run"], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True) for _ in range(2)]
+        outcomes = sorted((run.wait(timeout=900), run.stdout.read()) for run in both)
+        printed += [output for _, output in outcomes]
+        assert outcomes[0][0] == 0 and outcomes[1][0] == 2, outcomes
+        assert "is still writing this warehouse" in outcomes[1][1], outcomes[1][1]
+
+        for command in (["run", "--until-caught-up"], ["backfill", "--start", str(DAYS[0]), "--end", str(DAYS[1])], ["run"]):
+            done = subprocess.run([*COMMAND, *command], env=dict(os.environ), capture_output=True, text=True, timeout=900)
+            assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+            printed += [done.stdout, done.stderr]
+        assert "no new events" in done.stdout, done.stdout  # the quiet run
+
+        from incremental_assets.defs.automation import source_events_sensor
+
+        instance = DagsterInstance.get()
+        tick = source_events_sensor(build_sensor_context(instance=instance, resources={"settings": IncrementalSettings(**SETTINGS)}))
+        assert isinstance(tick, SkipReason) and "caught up" in tick.skip_message, tick
+
+        # Secrets stay secret: the credentials are nowhere a user or an operator reads.
+        events = [str(event) for run in instance.get_runs() for event in instance.all_logs(run.run_id)]
+        run_log = [str(row) for row in StateStore().run_log()]
+        # every file of the Dagster home: the instance's databases, compute logs, the JVM's and the CLI's logs
+        logs = [path.read_bytes().decode("latin-1") for path in (tmp_path / "home").rglob("*") if path.is_file()]
+        docs = [path.read_text() for path in [PROJECT_ROOT / "README.md", *(PROJECT_ROOT / "docs").glob("*.md")]]
+        assert events and run_log and logs
+        for secret in (ACCESS_KEY, SECRET_KEY):
+            for where, texts in (("terminal", printed), ("event log", events), ("run log", run_log), ("Dagster home", logs), ("docs", docs)):
+                assert not any(secret in text for text in texts), f"{secret} in the {where}"
+
+    assert stored(warehouse) == stored(str(tmp_path / "local" / "warehouse"))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -19,9 +21,11 @@ from typing import Iterator
 
 import pyspark
 
+from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.spark import connect_server_command
 
 SPARK_HOME = Path(pyspark.__file__).parent
+PROJECT = shlex.quote(str(PROJECT_ROOT))
 LOCALHOST = "127.0.0.1"
 STARTUP_SECONDS = 120
 # What a driver or client started by the test needs beside the URL: this machine's loopback, and
@@ -44,19 +48,38 @@ class Started:
         return [p.pid for p in self.processes if _group_alive(p.pid)]
 
 
+def without_the_drivers_disk(command: list[str]) -> list[str]:
+    """`command` in a mount namespace of its own, where /tmp and the project's directory are empty
+    tmpfs: any read of the driver's files (its warehouse, jar cache, Dagster home, package) fails,
+    as on another machine. The virtualenv stays, bound back in its place: a cluster machine has
+    Spark and the driver's Python installed at the same paths (docs/spark.md)."""
+    venv = shlex.quote(sys.prefix)
+    script = "\n".join([
+        "set -e",
+        f"mount -t tmpfs tmpfs /mnt && mkdir /mnt/venv && mount --bind {venv} /mnt/venv",
+        "mount -t tmpfs tmpfs /tmp",
+        f"if [ -d {PROJECT} ]; then mount -t tmpfs tmpfs {PROJECT}; fi",  # gone already when under /tmp
+        f"mkdir -p {venv} && mount --bind /mnt/venv {venv}",
+        'cd / && exec "$@"',  # a working directory left in the hidden /tmp would still reach it
+    ])
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command]
+
+
 @contextmanager
-def standalone_cluster(work: Path, cores: int = 2, memory: str = "3g") -> Iterator[Started]:
-    """A master and one worker, as `sbin/start-master.sh` and `start-worker.sh` would start them."""
+def standalone_cluster(work: Path, cores: int = 2, memory: str = "3g", shares_no_disk: bool = False) -> Iterator[Started]:
+    """A master and one worker, as `sbin/start-master.sh` and `start-worker.sh` would start them;
+    the worker, and so its executors, without the driver's disk if asked."""
     master_port, master_ui, worker_ui = free_ports(3)
     started = Started("SPARK_MASTER", f"spark://{LOCALHOST}:{master_port}", work, master_ui)
     try:
         master = _launch(started, "master", [str(SPARK_HOME / "bin/spark-class"), "org.apache.spark.deploy.master.Master",
                                              "--host", LOCALHOST, "--port", str(master_port), "--webui-port", str(master_ui)])
         _wait(lambda: _listening(master_port), master, started, "the master's port")
-        worker = _launch(started, "worker", [
+        worker = [
             str(SPARK_HOME / "bin/spark-class"), "org.apache.spark.deploy.worker.Worker", started.url, "--host", LOCALHOST,
             "--cores", str(cores), "--memory", memory, "--webui-port", str(worker_ui), "--work-dir", str(work / "work"),
-        ])
+        ]
+        worker = _launch(started, "worker", without_the_drivers_disk(worker) if shares_no_disk else worker)
         _wait(lambda: master_state(master_ui).get("aliveworkers") == 1, worker, started, "the worker's registration")
         yield started
     finally:

@@ -9,9 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from dagster import DagsterInstance
+from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
-from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
@@ -22,12 +22,13 @@ COMPARED = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessi
 RUN_DEPENDENT = {"quarantined_sessions": ("quarantined_at",)}
 
 
-def comparable_tables(spark, warehouse: str | Path) -> dict[str, list[tuple]]:
+def comparable_tables(warehouse: str | Path) -> dict[str, list[tuple]]:
+    """The compared tables as deltalake reads them (no JVM; the same on local disk and an object store)."""
     tables = {}
     for name in COMPARED:
-        table = read_table(spark, f"{warehouse}/{name}")
-        columns = sorted(c for c in table.columns if c not in RUN_DEPENDENT.get(name, ()))
-        tables[name] = sorted(tuple(row) for row in table.select(*columns).collect())
+        table = DeltaTable(f"{warehouse}/{name}").to_pyarrow_table()
+        columns = sorted(c for c in table.column_names if c not in RUN_DEPENDENT.get(name, ()))
+        tables[name] = sorted(tuple(row[c] for c in columns) for row in table.select(columns).to_pylist())
     return tables
 
 
@@ -69,7 +70,7 @@ def reference_run(spark, params: SampleParams, settings: dict, root: Path, days:
         if days is not None:
             runs.append(run_days(run_settings, *days, instance))
     assert all(run.success for run in runs), [run.error for run in runs]
-    return source, comparable_tables(spark, root / "warehouse")
+    return source, comparable_tables(root / "warehouse")
 
 
 def built_under(settings: IncrementalSettings) -> None:

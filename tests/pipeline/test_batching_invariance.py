@@ -58,7 +58,7 @@ def _process(spark, root: Path, cuts: list[int], backfill_limit_days: int) -> di
                 _settings(backfill_limit_days), report=lambda line: None, instance=instance, now=load_until.isoformat()
             )
             assert all(run.success for run in runs), [run.error for run in runs if not run.success]
-    return comparable_tables(spark, root / "warehouse")
+    return comparable_tables(root / "warehouse")
 
 
 @st.composite

@@ -213,7 +213,7 @@ def test_an_archive_loaded_after_go_live_is_processed_by_the_load_and_equals_loa
     with scenario_environment(first / "warehouse", first / "source", {}):
         runs = run_until_caught_up(settings, report=lambda line: None, instance=DagsterInstance.ephemeral(), now=now)
         assert all(run.success for run in runs)
-    expected = comparable_tables(spark, first / "warehouse")
+    expected = comparable_tables(first / "warehouse")
 
     later = tmp_path / "archive-later"
     write_events(spark, spark.createDataFrame(live, STREAM_SCHEMA), str(later / "source"))
@@ -241,7 +241,7 @@ def test_an_archive_loaded_after_go_live_is_processed_by_the_load_and_equals_loa
         keyhole = run_incremental(settings, lower=lower, upper=upper, instance=instance)
         assert keyhole.success
         assert source_rows_behind_the_cursor(state=StateStore()).passed
-    assert comparable_tables(spark, later / "warehouse") == expected, "the same tables as loading it first"
+    assert comparable_tables(later / "warehouse") == expected, "the same tables as loading it first"
     assert set(expected) == set(COMPARED)
 
 

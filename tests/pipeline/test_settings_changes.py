@@ -116,7 +116,7 @@ CHANGES = [
 def test_a_changed_setting_is_refused_until_applied_then_equals_a_run_from_scratch(spark, built, tmp_path, change):
     changed = {**BASE, **change}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
-    assert comparable_tables(spark, warehouse) == comparable_tables(spark, from_scratch(built, tmp_path, changed))
+    assert comparable_tables(warehouse) == comparable_tables(from_scratch(built, tmp_path, changed))
 
 
 def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothing_else(spark, built, tmp_path):
@@ -130,22 +130,22 @@ def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothi
     assert "carts_3d__partial" in after.columns
     assert sorted(map(tuple, after.select(*sorted(before.columns)).collect())) == kept, "no other column changed"
     scratch = from_scratch(built, tmp_path, changed)
-    assert comparable_tables(spark, warehouse)["attributes"] == comparable_tables(spark, scratch)["attributes"]
+    assert comparable_tables(warehouse)["attributes"] == comparable_tables(scratch)["attributes"]
 
 
 def test_a_redefined_attribute_is_refused_not_mixed_then_recomputed_for_every_day(spark, built, tmp_path):
     """Finding: redefining page_views used the new definition only for days recomputed since."""
     changed = {**BASE, "attributes": [{**THREE[0], "event_names": ["page_view", "add_to_cart"]}, *THREE[1:]]}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
-    assert comparable_tables(spark, warehouse)["attributes"] == comparable_tables(spark, from_scratch(built, tmp_path, changed))["attributes"]
+    assert comparable_tables(warehouse)["attributes"] == comparable_tables(from_scratch(built, tmp_path, changed))["attributes"]
 
 
 def test_a_changed_filter_is_refused_not_mixed_then_rebuilt_downstream(spark, built, tmp_path):
     """Finding: setting app_ids after runs kept the other apps' rows in old days."""
     changed = {**BASE, "app_ids": ["website"]}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
-    tables = comparable_tables(spark, warehouse)
-    assert tables == comparable_tables(spark, from_scratch(built, tmp_path, changed))
+    tables = comparable_tables(warehouse)
+    assert tables == comparable_tables(from_scratch(built, tmp_path, changed))
     apps = {row.app_id for row in read_table(spark, f"{warehouse}/filtered_events").select("app_id").distinct().collect()}
     assert apps == {"website"}
 
@@ -155,13 +155,13 @@ def test_a_forward_only_change_rebuilds_nothing_and_records_its_day(spark, built
     warehouse = copied(built, tmp_path)
     changed = settings_of({**BASE, "app_ids": ["website"]})
     with scenario_environment(warehouse, source, {}):
-        before = comparable_tables(spark, warehouse)
+        before = comparable_tables(warehouse)
         applied = apply_changes(changed, forward_only=True, instance=DagsterInstance.ephemeral(), report=lambda line: None)
         assert applied.success and not applied.runs
         recorded = StateStore().fingerprints()
         assert recorded["filtered_events"].effective_from is not None
         assert run_incremental(changed, instance=DagsterInstance.ephemeral(), now=NOW).success, "no longer refused"
-    assert comparable_tables(spark, warehouse) == before
+    assert comparable_tables(warehouse) == before
 
 
 def test_settings_that_change_nothing_stored_never_produce_a_plan(spark, built, tmp_path):
@@ -203,7 +203,7 @@ def test_refresh_repairs_a_warehouse_whose_attributes_were_added_and_removed_sev
         assert all(run.success for run in runs) and process_marked_days(final, instance) == []
     daily = read_table(spark, f"{warehouse}/daily_aggregates")
     assert not [c for c in daily.columns if c.startswith("carts_3d")], "the schema of the current definitions"
-    assert comparable_tables(spark, warehouse) == comparable_tables(spark, built[1])
+    assert comparable_tables(warehouse) == comparable_tables(built[1])
 
 
 def test_from_the_ui_the_apply_job_applies_the_plan_and_the_sensors_hold_until_then(spark, built, tmp_path):
@@ -264,4 +264,4 @@ def test_an_earlier_release_warehouse_upgraded_with_a_breaking_change_is_planned
         assert not (warehouse / "table_fingerprints").exists(), "no fingerprint recorded by a refused run"
         applied = apply_changes(settings_of(changed), instance=DagsterInstance.ephemeral(), report=lambda line: None, now=NOW)
         assert applied.success and all(change.earlier_release for change in applied.plan.changes)
-    assert comparable_tables(spark, warehouse) == comparable_tables(spark, from_scratch(built, tmp_path, changed))
+    assert comparable_tables(warehouse) == comparable_tables(from_scratch(built, tmp_path, changed))

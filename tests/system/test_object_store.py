@@ -20,7 +20,7 @@ from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.state.store import StateStore
 from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, s3_server
-from tests.warehouse_tables import COMPARED, RUN_DEPENDENT, reference_run, scenario_environment
+from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=6)).date(), seed=13, bot_share=0.2)
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
@@ -34,20 +34,10 @@ def s3():
         yield env
 
 
-def stored(warehouse: str) -> dict[str, list[tuple]]:
-    """The compared tables as deltalake reads them, from either store (this test's Spark has no S3A)."""
-    tables = {}
-    for name in COMPARED:
-        rows = DeltaTable(f"{warehouse}/{name}").to_pyarrow_table().to_pylist()
-        columns = sorted(set(rows[0]) - set(RUN_DEPENDENT.get(name, ()))) if rows else []
-        tables[name] = sorted(tuple(row[column] for column in columns) for row in rows)
-    return tables
-
-
 def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_and_one_writer_at_a_time(
     spark, s3, tmp_path, monkeypatch
 ):
-    local_source, _ = reference_run(spark, PARAMS, SETTINGS, tmp_path / "local", days=DAYS)
+    local_source, reference = reference_run(spark, PARAMS, SETTINGS, tmp_path / "local", days=DAYS)
     for name, value in s3.items():
         monkeypatch.setenv(name, value)
     # Both schemes: deltalake and Spark read each (S3A serves s3:// too).
@@ -88,4 +78,4 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
             for where, texts in (("terminal", printed), ("event log", events), ("run log", run_log), ("Dagster home", logs), ("docs", docs)):
                 assert not any(secret in text for text in texts), f"{secret} in the {where}"
 
-    assert stored(warehouse) == stored(str(tmp_path / "local" / "warehouse"))
+    assert comparable_tables(warehouse) == reference

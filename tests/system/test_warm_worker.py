@@ -136,13 +136,13 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(60)
         assert not (home / "worker.json").exists(), "a stopped worker takes its address with it"
-        launched = comparable_tables(spark, tmp_path / "warehouse")
+        launched = comparable_tables(tmp_path / "warehouse")
 
     # The same source processed by the command line, in this process, from scratch.
     with scenario_environment(tmp_path / "reference", source, SETTINGS, tmp_path / "reference-home"):
         runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
         assert all(run.success for run in runs)
-        reference = comparable_tables(spark, tmp_path / "reference")
+        reference = comparable_tables(tmp_path / "reference")
     for table in INCREMENTAL_TABLES:  # the daily layer is the daily job's: no daemon here launched it
         only_launched, only_reference = set(launched[table]) - set(reference[table]), set(reference[table]) - set(launched[table])
         assert not only_launched and not only_reference, (table, sorted(only_launched)[:3], sorted(only_reference)[:3])

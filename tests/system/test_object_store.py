@@ -1,11 +1,13 @@
 """Tables on an object store: with the source and the warehouse in a bucket of a real S3 API server
-(moto's, tests/s3_server.py), the pipeline driven through its commands leaves the tables a local
-warehouse leaves over the same events; two runs started at once still make one writer; the sensors
-read the Delta logs there without a JVM."""
+(moto's, tests/s3_server.py), the pipeline driven through its commands (two runs started at once, a
+run killed mid-write, runs until caught up, a daily backfill, a quiet run, plan, a full refresh, the
+maintenance job) leaves the tables a local warehouse leaves over the same events; one run writes at
+a time; the sensors read the Delta logs there without a JVM; the credentials appear nowhere."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -17,9 +19,13 @@ from deltalake import DeltaTable, write_deltalake
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.utc import utcnow
+from incremental_assets.definitions import build_definitions
+from incremental_assets.lib.catalog import MAINTENANCE_JOB
 from incremental_assets.lib.environment import PROJECT_ROOT
+from incremental_assets.lib.state.run_log import FAILED
 from incremental_assets.lib.state.store import StateStore
 from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, s3_server
+from tests.soak.test_crash_safety import CHILD as KILLED_AT
 from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=6)).date(), seed=13, bot_share=0.2)
@@ -46,8 +52,13 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
     (tmp_path / "home").mkdir()
 
     with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
-        # The first two runs start at the same moment: both take the lease at their first write.
         printed = []
+        # The first run is killed outright after its filtered_events write; the next recovers the lease and the work.
+        killed = subprocess.run([sys.executable, "-c", KILLED_AT, "after filtered_events", "kill"], env=dict(os.environ),
+                                capture_output=True, text=True, timeout=900)
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
+        printed += [killed.stdout, killed.stderr]
+        # The next two start at the same moment: both take the lease at their first write.
         both = [subprocess.Popen([*COMMAND, "run"], env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True) for _ in range(2)]
         outcomes = sorted((run.wait(timeout=900), run.stdout.read()) for run in both)
@@ -55,11 +66,25 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
         assert outcomes[0][0] == 0 and outcomes[1][0] == 2, outcomes
         assert "is still writing this warehouse" in outcomes[1][1], outcomes[1][1]
 
-        for command in (["run", "--until-caught-up"], ["backfill", "--start", str(DAYS[0]), "--end", str(DAYS[1])], ["run"]):
+        steps = [
+            (["run", "--until-caught-up"], "events this run"),
+            (["backfill", "--start", str(DAYS[0]), "--end", str(DAYS[1])], "daily_aggregates"),
+            (["run"], "no new events"),  # the quiet run
+            (["plan"], "nothing to apply"),
+            (["refresh", "--set", "allow_refresh=true"], "emptied filtered_events"),  # then rebuilds from start_date
+        ]
+        for command, says in steps:
             done = subprocess.run([*COMMAND, *command], env=dict(os.environ), capture_output=True, text=True, timeout=900)
-            assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+            assert done.returncode == 0 and says in done.stdout, (command, done.stdout[-3000:], done.stderr[-3000:])
             printed += [done.stdout, done.stderr]
-        assert "no new events" in done.stdout, done.stdout  # the quiet run
+        log = StateStore().run_log()
+        assert any(row["status"] == FAILED and "the run is gone" in (row["message"] or "") for row in log), "the kill, recovered"
+
+        # The maintenance job (OPTIMIZE and VACUUM, with deltalake) on the bucket.
+        maintained = build_definitions(IncrementalSettings(**SETTINGS)).resolve_job_def(MAINTENANCE_JOB).execute_in_process(
+            instance=DagsterInstance.get())
+        [output] = [event.event_specific_data.metadata for event in maintained.all_events if event.is_successful_output]
+        assert maintained.success and output["files_after"].value < output["files_before"].value, output
 
         from incremental_assets.defs.automation import source_events_sensor
 

@@ -1,7 +1,7 @@
 """Tables on an object store: with the source and the warehouse in a bucket of a real S3 API server
-(moto's, tests/s3_server.py), the pipeline driven through its commands (two runs started at once, a
-run killed mid-write, runs until caught up, a daily backfill, a quiet run, plan, a full refresh, the
-maintenance job) leaves the tables a local warehouse leaves over the same events; one run writes at
+(moto's, tests/s3_server.py), the pipeline driven through its commands (an export loaded, a run
+killed mid-write, two runs started at once, runs until caught up, a daily backfill, a quiet run,
+plan, a full refresh, the maintenance job) leaves the tables a local warehouse leaves over the same events; one run writes at
 a time; the sensors read the Delta logs there without a JVM; the credentials appear nowhere."""
 
 from __future__ import annotations
@@ -12,18 +12,20 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, SkipReason, build_sensor_context
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
-from incremental_assets.lib.sample.generator import SampleParams
-from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.utc import utcnow
+from incremental_assets.defs.automation import source_events_sensor
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.catalog import MAINTENANCE_JOB
 from incremental_assets.lib.environment import PROJECT_ROOT
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED
 from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import utcnow
 from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, s3_server
 from tests.soak.test_crash_safety import CHILD as KILLED_AT
 from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
@@ -48,11 +50,14 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
         monkeypatch.setenv(name, value)
     # Both schemes: deltalake and Spark read each (S3A serves s3:// too).
     source, warehouse = f"s3://{BUCKET}/source", f"s3a://{BUCKET}/warehouse"
-    write_deltalake(source, DeltaTable(local_source).to_pyarrow_table())
+    export = tmp_path / "export.parquet"  # the same events, as an export a user loads
+    pq.write_table(DeltaTable(local_source).to_pyarrow_table().drop_columns(["load_date"]), export)
     (tmp_path / "home").mkdir()
 
     with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
-        printed = []
+        loaded = subprocess.run([*COMMAND, "load", str(export)], env=dict(os.environ), capture_output=True, text=True, timeout=900)
+        assert loaded.returncode == 0, loaded.stdout[-3000:] + loaded.stderr[-3000:]
+        printed = [loaded.stdout, loaded.stderr]
         # The first run is killed outright after its filtered_events write; the next recovers the lease and the work.
         killed = subprocess.run([sys.executable, "-c", KILLED_AT, "after filtered_events", "kill"], env=dict(os.environ),
                                 capture_output=True, text=True, timeout=900)
@@ -85,8 +90,6 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
             instance=DagsterInstance.get())
         [output] = [event.event_specific_data.metadata for event in maintained.all_events if event.is_successful_output]
         assert maintained.success and output["files_after"].value < output["files_before"].value, output
-
-        from incremental_assets.defs.automation import source_events_sensor
 
         instance = DagsterInstance.get()
         tick = source_events_sensor(build_sensor_context(instance=instance, resources={"settings": IncrementalSettings(**SETTINGS)}))

@@ -9,7 +9,7 @@ CHROMIUM := /usr/bin/chromium
 POSTGRES := /usr/lib/postgresql
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test soak bench bench-maintenance bench-process ui clean
+.PHONY: setup demo test soak bench bench-maintenance bench-process bench-object-store ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -56,6 +56,11 @@ bench-maintenance: setup
 # (benchmarks/results/process.json; make bench adds it to results.md).
 bench-process: setup
 	$(BIN)/python benchmarks/process.py --histories 7 60 --reps 3
+
+# The same history on local disk and in a bucket of moto's S3 server, side by side: one-hour runs
+# and a run over a million events (benchmarks/results/object_store.json; make bench adds it).
+bench-object-store: setup
+	$(BIN)/python benchmarks/object_store.py --reps 3
 
 # Not part of make test: the batching property searched longer (hypothesis' soak profile), and the
 # crash matrix (tests/soak/, a process per failure).

@@ -50,16 +50,19 @@ assert all(run.success for run in run_until_caught_up(load_settings(), report=la
 """
 
 
-def history(root: Path, days: int, events_per_day: int) -> dict[str, str]:
+def history(root: Path, days: int, events_per_day: int, warehouse: str | None = None,
+            store_env: dict[str, str] | None = None) -> dict[str, str]:
     """A warehouse holding `days` days of processed history (loads ending two days ago, so the
-    hours appended later lie in the past); the environment its commands run in."""
+    hours appended later lie in the past); the environment its commands run in. By default the
+    warehouse is a folder under `root`; an object store's takes its variables in `store_env`."""
     start = date.today() - timedelta(days=days + 2)
     place = root / f"history-{days}"
     place.mkdir(parents=True)
     (place / "settings.yaml").write_text(f"start_date: '{start}'\nbackfill_limit_days: 400\n")
     env = {
         **os.environ,
-        "INCREMENTAL_ASSETS_WAREHOUSE": str(place / "warehouse"),
+        **(store_env or {}),
+        "INCREMENTAL_ASSETS_WAREHOUSE": warehouse or str(place / "warehouse"),
         "INCREMENTAL_ASSETS_CONFIG": str(place / "settings.yaml"),
         "DAGSTER_HOME": str(place / "dagster_home"),
     }

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/report.py [results.json] [--out benchmarks/]
 
 bench.py calls write_report after every bench; run this alone to render a results.json again.
-Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`) and the
-whole-process runs (benchmarks/results/process.json, `make bench-process`) when they are there.
+Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`), the
+whole-process runs (benchmarks/results/process.json, `make bench-process`) and local disk against
+the object store (benchmarks/results/object_store.json, `make bench-object-store`) when they are there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ matplotlib.use("Agg")  # PNG files, no display
 HERE = Path(__file__).parent
 MAINTENANCE = HERE / "results" / "maintenance.json"
 PROCESS = HERE / "results" / "process.json"
+OBJECT_STORE = HERE / "results" / "object_store.json"
 TOP = 5  # rows of a "where the time goes" table
 
 # The project's performance targets, marked met or not beside each figure.
@@ -191,9 +193,33 @@ def markdown(results: dict, command: str) -> list[str]:
     )
     if PROCESS.exists():
         lines.extend(whole_process(json.loads(PROCESS.read_text())))
+    if OBJECT_STORE.exists():
+        lines.extend(object_store(json.loads(OBJECT_STORE.read_text())))
     if MAINTENANCE.exists():
         lines.extend(maintenance(json.loads(MAINTENANCE.read_text())))
     return lines
+
+
+def object_store(o: dict) -> list[str]:
+    """The same runs on local disk and on moto's S3 server, side by side."""
+    hour, window = o["one_hour_run_whole_process"], o["big_window_run"]
+    command = (f".venv/bin/python benchmarks/object_store.py --events-per-day {o['events_per_day']} --days {o['days']} "
+               f"--reps {len(hour['local']['seconds'])} --window-events {o['window_events']}")
+    rows = [(f"one-hour run as a process, {o['days']} days of history", runs(hour[store]["median_seconds"], hour[store]["seconds"]))
+            for store in ("local", "s3")]
+    rows += [(f"one run over {o['window_events']:,} loaded events (ten days)", s(window[store]["seconds"])) for store in ("local", "s3")]
+    return [
+        "## Local disk and an object store, side by side",
+        "",
+        ("The same runs with the warehouse (and its source) in a local folder and in a bucket of moto's S3 server on "
+         "127.0.0.1, alternating: the cost of the S3 API's requests (listings, Delta log reads, conditional commits), "
+         f"not a remote store's latency. Command: `{command}`."),
+        "",
+        "| figure | local disk | S3 (moto) |",
+        "|---|---|---|",
+        *(f"| {rows[i][0]} | {rows[i][1]} | {rows[i + 1][1]} |" for i in (0, 2)),
+        "",
+    ]
 
 
 def whole_process(p: dict) -> list[str]:

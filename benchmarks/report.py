@@ -211,9 +211,10 @@ def object_store(o: dict) -> list[str]:
     return [
         "## Local disk and an object store, side by side",
         "",
-        ("The same runs with the warehouse (and its source) in a local folder and in a bucket of moto's S3 server on "
-         "127.0.0.1, alternating: the cost of the S3 API's requests (listings, Delta log reads, conditional commits), "
-         f"not a remote store's latency. Command: `{command}`."),
+        (f"Measured {o['measured_at']}. The same runs with the warehouse (and its source) in a local folder and in a "
+         "bucket of moto's S3 server on 127.0.0.1: the one-hour runs alternating between the two, then the big window on "
+         "each. They show the cost of the S3 API's requests (listings, Delta log reads, conditional commits), not a "
+         f"remote store's latency. Command: `{command}`."),
         "",
         "| figure | local disk | S3 (moto) |",
         "|---|---|---|",

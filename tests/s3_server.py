@@ -4,13 +4,16 @@ with one bucket, stopped by its process id when the test ends."""
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -46,3 +49,44 @@ def s3_server() -> Iterator[dict[str, str]]:
         server.terminate()
         server.wait(30)
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def without_conditional_writes(endpoint: str) -> Iterator[str]:
+    """A proxy in front of the server that drops If-None-Match and If-Match from every request, as a
+    store without conditional writes ignores them; yields its endpoint."""
+    host, port = endpoint.removeprefix("http://").split(":")
+
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-none-match", "if-match")}
+            upstream = http.client.HTTPConnection(host, int(port), timeout=30)
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            reply = upstream.getresponse()
+            data = reply.read()
+            self.send_response(reply.status)
+            for name, value in reply.getheaders():
+                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(name, value)
+            # a HEAD's length is the object's, not its (empty) body's
+            self.send_header("Content-Length", reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            upstream.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
+
+        def log_message(self, *args) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer((LOCALHOST, 0), Forward)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{LOCALHOST}:{proxy.server_address[1]}"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

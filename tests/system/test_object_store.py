@@ -15,13 +15,13 @@ from datetime import timedelta
 import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, SkipReason, build_sensor_context
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.defs.automation import source_events_sensor
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.catalog import MAINTENANCE_JOB
 from incremental_assets.lib.environment import PROJECT_ROOT
-from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED
 from incremental_assets.lib.state.store import StateStore
@@ -107,3 +107,27 @@ def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_
                 assert not any(secret in text for text in texts), f"{secret} in the {where}"
 
     assert comparable_tables(warehouse) == reference
+
+
+def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(s3, tmp_path, monkeypatch):
+    """deltalake's commits are exclusive only where the store honours If-None-Match: elsewhere two runs
+    could both take the lease. Such a store (here moto behind a proxy that drops the header) is
+    named and refused at the run's first write; the same store without the proxy passes."""
+    from incremental_assets.lib.delta.conditional import ConditionalWritesUnsupported, ensure_conditional_writes
+    from tests.s3_server import without_conditional_writes
+
+    for name, value in s3.items():
+        monkeypatch.setenv(name, value)
+    ensure_conditional_writes(f"s3://{BUCKET}/honoured")
+    source = f"s3://{BUCKET}/refused/source"
+    write_deltalake(source, generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=1)))
+    with without_conditional_writes(s3["AWS_ENDPOINT_URL"]) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with pytest.raises(ConditionalWritesUnsupported, match="overwrote an object that a conditional write"):
+            ensure_conditional_writes(f"s3://{BUCKET}/ignored")
+        with scenario_environment(f"s3://{BUCKET}/refused/warehouse", source, SETTINGS, home=tmp_path / "home"):
+            refused = subprocess.run([*COMMAND, "run"], env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["AWS_ENDPOINT_URL"])  # the proxy is gone: the server itself
+    assert refused.returncode == 2 and "overwrote an object that a conditional write" in refused.stderr, refused.stderr
+    assert DeltaTable.is_deltatable(f"s3://{BUCKET}/refused/source") and not DeltaTable.is_deltatable(
+        f"s3://{BUCKET}/refused/warehouse/run_log"), "nothing written"

@@ -24,6 +24,7 @@ from deltalake.exceptions import CommitFailedError
 from pydantic import Field
 
 from incremental_assets.lib.catalog import DAILY_MANIFEST, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
+from incremental_assets.lib.delta.conditional import ensure_conditional_writes
 from incremental_assets.lib.delta.log import data_files, read_rows, stored_table
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
@@ -227,6 +228,7 @@ class StateStore(ConfigurableResource):
         one commits and the other reads again and finds it held. Leases of runs that are gone are
         closed as Failed first; if another live run holds the lease, LeaseHeld names the holder and
         this run writes nothing (a refused run leaves no trace but its own failure)."""
+        ensure_conditional_writes(self.warehouse_root or warehouse_root())  # what makes the commit below exclusive
         since = utcnow().date() - timedelta(days=LEASE_DAYS)
         for _ in range(LEASE_ATTEMPTS):
             log = self._run_log_snapshot()

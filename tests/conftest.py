@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from incremental_assets.lib.spark import SparkResource, build_spark_session
+from tests.s3_server import s3_server
 
 TEST_SHUFFLE_PARTITIONS = 2
 
@@ -68,3 +69,18 @@ def warehouse(tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("INCREMENTAL_ASSETS_WAREHOUSE", str(root))
     monkeypatch.delenv("INCREMENTAL_ASSETS_SOURCE", raising=False)
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def s3_server_env():
+    """moto's S3 server for a module's tests (tests/s3_server.py): the AWS variables that reach it."""
+    with s3_server() as env:
+        yield env
+
+
+@pytest.fixture
+def s3(s3_server_env, monkeypatch) -> dict[str, str]:
+    """The module's S3 server, in this test's environment (and so its child processes')."""
+    for name, value in s3_server_env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server_env

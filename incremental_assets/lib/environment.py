@@ -52,7 +52,7 @@ def is_uri(location: str) -> bool:
 def is_object_store(location: str) -> bool:
     """An S3 API URI: `s3://` and `s3a://` name the same object for Spark (S3A serves both) and
     deltalake."""
-    return location.split("://", 1)[0] in OBJECT_STORE_SCHEMES if is_uri(location) else False
+    return is_uri(location) and location.split("://", 1)[0] in OBJECT_STORE_SCHEMES
 
 
 def on_object_store() -> bool:

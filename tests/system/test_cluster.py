@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from incremental_assets.lib.environment import PROJECT_ROOT, jar_cache_dir
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.utc import utcnow
-from tests.s3_server import BUCKET, s3_server
+from tests.s3_server import BUCKET
 from tests.spark_processes import CHILD_ENV, connect_server, master_state, standalone_cluster, without_the_drivers_disk
 from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
@@ -33,28 +33,22 @@ ENGINES = {"standalone": partial(standalone_cluster, shares_no_disk=True), "conn
 
 
 @pytest.fixture(scope="module")
-def s3():
-    with s3_server() as env:
-        yield env
-
-
-@pytest.fixture(scope="module")
-def stream(spark, s3, tmp_path_factory):
+def stream(spark, s3_server_env, tmp_path_factory):
     """The source, in the bucket, and the tables that the same commands leave on this process's
     local[2] Spark over a local copy of it."""
     local, reference = reference_run(spark, PARAMS, SETTINGS, tmp_path_factory.mktemp("cluster-reference"), (FIRST_DAY, LAST_DAY))
     assert reference["quarantined_sessions"] and reference["daily_aggregates"], "every layer has rows to compare"
     source = f"s3://{BUCKET}/source"
-    write_deltalake(source, DeltaTable(local).to_pyarrow_table(), storage_options=s3)
+    write_deltalake(source, DeltaTable(local).to_pyarrow_table(), storage_options=s3_server_env)
     return source, reference
 
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_the_job_and_a_daily_backfill_leave_the_tables_of_local_spark(s3, stream, tmp_path, monkeypatch, engine):
+def test_the_job_and_a_daily_backfill_leave_the_tables_of_local_spark(s3, stream, tmp_path, engine):
     source, reference = stream
-    for name, value in s3.items():  # the worker's executors take the credentials from their own environment
-        monkeypatch.setenv(name, value)
+    # The s3 fixture put the server's variables in this environment: the worker started below, and so its
+    # executors, take the credentials from their own environment, as a cluster machine does.
     warehouse = f"s3a://{BUCKET}/{engine}/warehouse"
     with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"), ENGINES[engine](tmp_path) as cluster:
         env = {**os.environ, **CHILD_ENV, cluster.variable: cluster.url, "PYSPARK_PYTHON": sys.executable}

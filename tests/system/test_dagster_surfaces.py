@@ -26,6 +26,7 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.hooks import LIVE
 from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
@@ -37,7 +38,6 @@ BIN = Path(sys.executable).parent
 PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=(utcnow() - timedelta(days=6)).date(), seed=11)
 # The daemon's sensors look every 5 s (at the default 30 s the test would mostly wait).
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_seconds": 5}
-IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
 def rows_of(spark, table: str) -> list[tuple]:
@@ -165,7 +165,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 return ended and stored.count() > 0 and latest and latest.timestamp > max(r.end_time for r in keyholes)
 
             wait_for("the keyhole run and attributes after it", attributes_caught_up, 900)
-            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=IN_FLIGHT)), 600)
+            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600)
 
             # A partition backfill of two days, as the UI's Launch backfill makes it: the backfill daemon runs it.
             days = [PARAMS.start_date + timedelta(days=n) for n in range(2)]
@@ -180,7 +180,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 runs = instance.get_run_records(RunsFilter(tags={"dagster/backfill": "uibackfill"}))
                 latest = instance.get_latest_materialization_event(AssetKey(ATTRIBUTES))
                 done = runs and all(r.end_time for r in runs) and latest.timestamp > max(r.end_time for r in runs)
-                return done and not instance.get_runs(RunsFilter(statuses=IN_FLIGHT))
+                return done and not instance.get_runs(RunsFilter(statuses=list(LIVE)))
 
             # The daemon's process group holds the runs it launched: it is stopped once they have ended.
             wait_for("the backfill's run, then attributes", attributes_after_the_backfill, 900)

@@ -26,7 +26,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, s3_server
+from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY
 from tests.soak.test_crash_safety import CHILD as KILLED_AT
 from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
 
@@ -36,18 +36,10 @@ DAYS = (PARAMS.start_date, PARAMS.start_date + timedelta(days=1))
 COMMAND = [sys.executable, "-m", "incremental_assets"]
 
 
-@pytest.fixture(scope="module")
-def s3():
-    with s3_server() as env:
-        yield env
-
-
 def test_the_pipeline_on_an_object_store_leaves_the_tables_of_a_local_warehouse_and_one_writer_at_a_time(
-    spark, s3, tmp_path, monkeypatch
+    spark, s3, tmp_path
 ):
     local_source, reference = reference_run(spark, PARAMS, SETTINGS, tmp_path / "local", days=DAYS)
-    for name, value in s3.items():
-        monkeypatch.setenv(name, value)
     # Both schemes: deltalake and Spark read each (S3A serves s3:// too).
     source, warehouse = f"s3://{BUCKET}/source", f"s3a://{BUCKET}/warehouse"
     export = tmp_path / "export.parquet"  # the same events, as an export a user loads
@@ -116,8 +108,6 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(
     from incremental_assets.lib.delta.conditional import ConditionalWritesUnsupported, ensure_conditional_writes
     from tests.s3_server import without_conditional_writes
 
-    for name, value in s3.items():
-        monkeypatch.setenv(name, value)
     ensure_conditional_writes(f"s3://{BUCKET}/honoured")
     source = f"s3://{BUCKET}/refused/source"
     write_deltalake(source, generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=1)))

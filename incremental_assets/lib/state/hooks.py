@@ -1,6 +1,7 @@
 """Where the run log is written: the lease when a run starts writing (a run's first writer,
 refresh and maintenance acquire it, with `alive_in` to judge other holders), and each asset's
-outcome when its step ends (the hooks below, attached to the jobs)."""
+outcome when its step ends (the hooks below, attached to the jobs). And the same judgement for the
+Dagster instance: a started run whose process is gone is failed there (`runs_in_flight`)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def comparable_tables(warehouse: str | Path) -> dict[str, list[tuple]]:
     for name in COMPARED:
         table = DeltaTable(f"{warehouse}/{name}").to_pyarrow_table()
         columns = sorted(c for c in table.column_names if c not in RUN_DEPENDENT.get(name, ()))
-        tables[name] = sorted(tuple(row[c] for c in columns) for row in table.select(columns).to_pylist())
+        rows = [tuple(row[c] for c in columns) for row in table.select(columns).to_pylist()]
+        tables[name] = sorted(rows, key=lambda row: tuple((value is None, value) for value in row))  # nulls last
     return tables
 
 

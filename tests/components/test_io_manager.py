@@ -335,6 +335,30 @@ def test_a_small_merge_by_deltalake_leaves_what_sparks_merge_leaves(spark, wareh
     assert results["spark"] == ([(1, "old", date(2024, 1, 1)), (2, kept, date(2024, 1, 2)), (3, "new", date(2024, 1, 3))], 1, int(mode == "upsert"))
 
 
+def test_applied_changes_delete_update_and_insert_on_keys_alike_in_spark_and_deltalake(spark, warehouse):
+    """apply_changes: a row marked deleted deletes its stored row (one not stored: nothing), the
+    others update or insert; the marker lands in the commit; into no table, the rows not deleted."""
+    schema = "k string, start int, value string"
+    stored = spark.createDataFrame([("a", 1, "x"), ("a", 5, "y"), ("b", 1, "z")], schema)
+    changes = spark.createDataFrame(
+        [("a", 5, None, True), ("a", 1, "x2", False), ("a", 3, "w", False), ("c", 9, None, True)],
+        f"{schema}, _deleted boolean",
+    )
+    results = {}
+    for engine, bound in (("spark", None), ("deltalake", 10)):
+        uri = f"{warehouse}/{engine}"
+        write(spark, stored, WriteRequest(uri, WriteMode.REPLACE))
+        result = write(spark, changes, WriteRequest(uri, WriteMode.APPLY_CHANGES, ["k", "start"], rows_at_most=bound, user_metadata='{"mark": 1}'))
+        assert DeltaTable(uri).history(1)[0]["userMetadata"] == '{"mark": 1}'
+        results[engine] = (_rows(spark, uri, "k", "start", "value"), result.rows_inserted, result.rows_updated, result.rows_deleted)
+    assert results["deltalake"] == results["spark"] == ([("a", 1, "x2"), ("a", 3, "w"), ("b", 1, "z")], 1, 1, 1)
+    created = f"{warehouse}/created"
+    write(spark, changes, WriteRequest(created, WriteMode.APPLY_CHANGES, ["k", "start"]))
+    assert _rows(spark, created, "k", "start", "value") == [("a", 1, "x2"), ("a", 3, "w")]
+    with pytest.raises(DeltaWriteError, match="_deleted"):
+        write(spark, stored, WriteRequest(created, WriteMode.APPLY_CHANGES, ["k", "start"]))
+
+
 def test_a_small_merge_refuses_an_upsert_with_a_shared_key_and_its_inserts_reach_the_change_feed(spark, warehouse):
     uri = f"{warehouse}/by_day"
     schema = "id int, d date"

@@ -121,6 +121,7 @@ class RowsHandler:
         request = WriteRequest(
             table.uri, spec.write_mode, spec.keys, spec.partition_by, table.window, floor,
             txn_of(rows.decided_by), rows.rows_at_most, spec.one_row_per_key, properties,
+            json.dumps(rows.marker, default=str) if rows.marker is not None else None,
         )
         result = write(frame.sparkSession, frame, request)
         if frame.is_cached:  # cached by its asset for the counts it took; written now

@@ -175,13 +175,14 @@ def table_version(uri: str) -> int | None:
     return None if table is None else table.version()
 
 
-def latest_marker(uri: str, key: str) -> Any:
-    """`key` from the newest commit whose userMetadata (JSON) carries it, or None."""
+def latest_marker(uri: str, key: str, within: int | None = None) -> Any:
+    """`key` from the newest commit (of the last `within`, if given) whose userMetadata (JSON)
+    carries it, or None."""
     table = stored_table(uri)
     if table is None:
         return None
     with reading(uri):
-        history = table.history()
+        history = table.history(within)
     for commit in history:  # newest first
         try:
             marker = json.loads(commit.get("userMetadata") or "{}")
@@ -317,6 +318,33 @@ def partitions_added(uri: str, version: int, column: str) -> list:
     added = data_files(table)
     values = zip(added.column("path").to_pylist(), added.column(f"partition.{column}").to_pylist())
     return sorted({value for path, value in values if path not in before})
+
+
+def partitions_changed(uri: str, since: int, column: str) -> set | None:
+    """The values of partition `column` (as the log writes them: text) of the files that commits
+    after version `since` added or removed, data changes only (a compaction moves rows: none);
+    None when a commit file in between is gone or a file's action does not say."""
+    table = _open(uri)
+    commits = _commit_actions(uri, range(since + 1, table.version() + 1))
+    if commits is None:
+        return None
+    values = set()
+    for action in (a[kind] for actions in commits for a in actions for kind in ("add", "remove") if kind in a):
+        if column not in (action.get("partitionValues") or {}):
+            return None
+        if action.get("dataChange", True):
+            values.add(action["partitionValues"][column])
+    return values
+
+
+def rows_as_of(uri: str, version: int, columns: list[str], filters: list) -> pa.Table | None:
+    """Columns of the table as it was at `version` (filtered on partition columns), or None when
+    that version cannot be read any more: its log cleaned up or its files vacuumed."""
+    try:
+        table = deltalake.DeltaTable(uri, version=version)
+        return table.to_pyarrow_table(columns=columns, filters=filters or None)
+    except (DeltaError, OSError, pa.ArrowInvalid):
+        return None
 
 
 def stored_max(uri: str, column: str) -> Any:

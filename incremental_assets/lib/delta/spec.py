@@ -25,6 +25,11 @@ class WriteMode(str, Enum):
     MERGE_INSERT = "merge_insert"
     UPSERT = "upsert"
     REPLACE_PARTITION = "replace_partition"
+    APPLY_CHANGES = "apply_changes"
+
+
+# The column of an apply_changes write that says a row deletes the stored row with its keys.
+DELETED = "_deleted"
 
 
 class DeltaWriteError(ValueError):
@@ -75,7 +80,9 @@ def delta_table(
 
     Modes: `replace` (whole table), `append`, `merge_insert` (insert rows whose keys are new; never
     overwrite), `upsert` (update or insert on keys), `replace_partition` (a `replaceWhere` on the
-    run's partition time window of `partition_column`; a multi-day backfill writes once).
+    run's partition time window of `partition_column`; a multi-day backfill writes once),
+    `apply_changes` (rows that change the table on keys: one whose `DELETED` column is true deletes
+    the stored row with its keys, the others are upserted; the rows are the changes, not the table).
     `stats_columns`: the columns Delta keeps min/max statistics of, for data skipping; [] for none
     (a table always read whole); None keeps Delta's default (the first 32). Collecting them costs
     about a third of a write here, so a table gets the ones its readers filter by. Set when the
@@ -111,7 +118,7 @@ class TableSpec:
         return {"delta.dataSkippingStatsColumns": ",".join(kept)}
 
     def validate(self) -> None:
-        if self.write_mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT) and not self.keys:
+        if self.write_mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT, WriteMode.APPLY_CHANGES) and not self.keys:
             raise DeltaWriteError(f"write mode {self.write_mode.value} needs key columns")
         if self.write_mode is WriteMode.REPLACE_PARTITION and not self.partition_column:
             raise DeltaWriteError("write mode replace_partition needs partition_column")
@@ -159,14 +166,17 @@ class Rows:
     """What an asset hands the IO manager for its table this run: its rows (None: nothing to write,
     the table stays as it is), and how to write them this run: the first partition a MERGE must
     read, a bound on their number (a small MERGE runs in deltalake), the run whose window they
-    belong to (a re-run of it writes them once: a Delta transaction identifier), and a note for
-    this run's next steps, stored with the table (they load it as `Stored`)."""
+    belong to (a re-run of it writes them once: a Delta transaction identifier), a note for
+    this run's next steps, stored with the table (they load it as `Stored`), and a marker kept in
+    the write's own commit (its userMetadata: lib/delta/log.latest_marker reads it back), which
+    says what the rows were computed from."""
 
     frame: DataFrame | None
     merge_floor: date | None = None
     rows_at_most: int | None = None
     decided_by: str | None = None
     note: Mapping[str, Any] | None = None
+    marker: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

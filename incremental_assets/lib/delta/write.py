@@ -27,12 +27,14 @@ from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_table, table_exists
 from incremental_assets.lib.delta.read import partition_kind
-from incremental_assets.lib.delta.spec import DeltaWriteError, Window, WriteMode
+from incremental_assets.lib.delta.spec import DELETED, DeltaWriteError, Window, WriteMode
 
 # A MERGE takes its transaction identifier from the session, not from writer options.
 TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
 # ...and its schema evolution too: DataFrame.mergeInto's own flag is not read by Delta 4.0.
 SCHEMA_EVOLUTION_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
+# ...and its commit's userMetadata.
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
@@ -107,7 +109,8 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
         return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
 
-    _require_columns(df, [*keys, *partition_by, *([window.column] if window else [])], uri)
+    changes = [DELETED] if mode is WriteMode.APPLY_CHANGES else []
+    _require_columns(df, [*keys, *partition_by, *([window.column] if window else []), *changes], uri)
     stored = stored_table(uri)  # its log read once: every choice below is made on this version
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
@@ -135,6 +138,13 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
             # No stored row can match a key: the MERGE would insert every row; an append skips its join.
             return save("append")
         return _merge(spark, df, stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+    if mode is WriteMode.APPLY_CHANGES:
+        if stored is None or emptied:  # nothing stored to change: the rows are the table
+            df = df.where(~F.col(DELETED)).drop(DELETED)
+            return save("overwrite", overwrite_schema=emptied)
+        if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS:
+            return _apply_changes_small(df.toArrow(), stored, uri, keys, user_metadata)
+        return _apply_changes(spark, df, stored, uri, keys, user_metadata)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
@@ -321,6 +331,42 @@ def _merge(
     return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
 
 
+def _apply_changes(
+    spark: SparkSession, df: DataFrame, table: deltalake.DeltaTable, uri: str, keys: Sequence[str], user_metadata: str | None
+) -> WriteResult:
+    """One MERGE of change rows on `keys`: a row marked DELETED deletes its stored row, the others
+    update or insert theirs (the table's columns only)."""
+    target = path_identifier(uri)
+    condition = reduce(Column.__and__, [F.col(f"{target}.`{key}`").eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
+    deleted = F.col(f"s.`{DELETED}`")
+    values = {column: F.col(f"s.`{column}`") for column in df.columns if column != DELETED}
+    merge = df.alias("s").mergeInto(target, condition).whenMatched(deleted).delete().whenMatched().update(values)
+    before = table.version()
+    if user_metadata:
+        spark.conf.set(USER_METADATA_CONF, user_metadata)
+    try:
+        merge.whenNotMatched(~deleted).insert(values).merge()
+    finally:
+        spark.conf.unset(USER_METADATA_CONF)
+    after = last_commit(uri)
+    return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
+
+
+def _apply_changes_small(
+    rows: pa.Table, stored: deltalake.DeltaTable, uri: str, keys: Sequence[str], user_metadata: str | None
+) -> WriteResult:
+    """The same MERGE as `_apply_changes`, of rows in hand, by deltalake (no Spark job)."""
+    if rows.num_rows == 0:
+        return WriteResult(stored.version(), "MERGE (no change)")
+    condition = " AND ".join(f't."{key}" = s."{key}"' for key in keys)
+    values = {f'"{column}"': f's."{column}"' for column in rows.column_names if column != DELETED}
+    commit = deltalake.CommitProperties(custom_metadata={"userMetadata": user_metadata} if user_metadata else None)
+    merge = stored.merge(rows, condition, source_alias="s", target_alias="t", commit_properties=commit)
+    merge = merge.when_matched_delete(predicate=f's."{DELETED}"').when_matched_update(updates=values)
+    metrics = merge.when_not_matched_insert(updates=values, predicate=f'NOT s."{DELETED}"').execute()
+    return _small_merge_result(stored, metrics)
+
+
 def path_identifier(uri: str) -> str:
     """The table at `uri` as a Spark identifier (delta.`path`), its backticks escaped: a name, not SQL."""
     return "delta.`" + uri.replace("`", "``") + "`"
@@ -349,6 +395,11 @@ def _merge_small(
     if update:
         merge = merge.when_matched_update_all()
     metrics = merge.when_not_matched_insert_all().execute()
+    return _small_merge_result(stored, metrics)
+
+
+def _small_merge_result(stored: deltalake.DeltaTable, metrics: Mapping[str, Any]) -> WriteResult:
+    """A deltalake MERGE's metrics, named as Spark's."""
     return WriteResult(
         stored.version(),
         "MERGE",

@@ -17,7 +17,14 @@ from incremental_assets.lib.sample.stream import events_frame
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import SAMPLE_SCHEMA
 from incremental_assets.lib.transforms import sessions as T
-from incremental_assets.lib.transforms.daily import attributes_from_daily, daily_partials, day_arrivals
+from incremental_assets.lib.transforms import violations as V
+from incremental_assets.lib.transforms.daily import (
+    as_of_day_before,
+    attributes_from_daily,
+    daily_partials,
+    day_arrivals,
+    history_changes,
+)
 from incremental_assets.lib.utc import aware_row
 
 LIFECYCLE = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp"
@@ -461,18 +468,25 @@ SPECS = parse_attributes([
 ])
 
 
+FILTERED = [
+    ("U1", "page_view", t("01 10:00"), "/a", "web"),
+    ("U1", "page_view", t("01 11:00"), "/b", "mobile"),
+    ("U1", "link_click", t("02 09:00"), None, "web"),
+    ("U1", "page_view", t("03 08:00"), "/c", "web"),
+    ("U1", "page_view", t("03 07:00"), "/d", "web"),
+    ("U2", "page_view", t("01 12:00"), "/x", "web"),
+]
+
+
+def daily_of(spark, rows):
+    schema = "user_identifier string, event_name string, derived_tstamp timestamp, page_url string, app_id string"
+    filtered = frame(spark, schema, rows).withColumn("event_date", F.to_date("derived_tstamp"))
+    return daily_partials(filtered, SPECS, "user_identifier")
+
+
 @pytest.fixture(scope="module")
 def daily(spark):
-    schema = "user_identifier string, event_name string, derived_tstamp timestamp, page_url string, app_id string"
-    filtered = frame(spark, schema, [
-        ("U1", "page_view", t("01 10:00"), "/a", "web"),
-        ("U1", "page_view", t("01 11:00"), "/b", "mobile"),
-        ("U1", "link_click", t("02 09:00"), None, "web"),
-        ("U1", "page_view", t("03 08:00"), "/c", "web"),
-        ("U1", "page_view", t("03 07:00"), "/d", "web"),
-        ("U2", "page_view", t("01 12:00"), "/x", "web"),
-    ]).withColumn("event_date", F.to_date("derived_tstamp"))
-    return daily_partials(filtered, SPECS, "user_identifier")
+    return daily_of(spark, FILTERED)
 
 
 def test_daily_partials_are_exact_per_key_and_day(daily):
@@ -489,6 +503,108 @@ def test_attributes_combine_the_daily_partials(daily):
     # none. U1's last page is /c (01-03 08:00, after /d at 07:00).
     rows = attributes_from_daily(daily, SPECS, date(2021, 1, 3)).collect()
     assert {r.attribute_key: tuple(r)[1:] for r in rows} == {"U1": (4, 2, "/c", 2), "U2": (1, 0, "/x", 1)}
+
+
+def test_attributes_count_no_event_after_their_reference_day(daily):
+    # Reference day 01-01: U1's page views of 01-03 are not counted yet, nor is /c its last page.
+    rows = attributes_from_daily(daily, SPECS, date(2021, 1, 1)).collect()
+    assert {r.attribute_key: tuple(r)[1:] for r in rows} == {"U1": (2, 2, "/b", 2), "U2": (1, 1, "/x", 1)}
+
+
+# attributes_history: values (page_views, page_views_2d, last_page, apps) as of the end of each day
+# through 01-05, worked out by hand from FILTERED. U1: 01-01 (2, 2, /b, 2); 01-02 the same (last 2
+# days 01-01..01-02: 2 + 0); 01-03 (4, 2, /c, 2); 01-04 the same; 01-05 (4, 0, /c, 2): 01-03 left
+# the 2-day window. U2: 01-01 and 01-02 (1, 1, /x, 1); from 01-03 (1, 0, /x, 1).
+HISTORY = {
+    ("U1", date(2021, 1, 1)): (date(2021, 1, 3), 2, 2, "/b", 2),
+    ("U1", date(2021, 1, 3)): (date(2021, 1, 5), 4, 2, "/c", 2),
+    ("U1", date(2021, 1, 5)): (None, 4, 0, "/c", 2),
+    ("U2", date(2021, 1, 1)): (date(2021, 1, 3), 1, 1, "/x", 1),
+    ("U2", date(2021, 1, 3)): (None, 1, 0, "/x", 1),
+}
+THROUGH = date(2021, 1, 5)
+
+
+def history_rows(frame_, deleted=False):
+    rows = frame_.where(F.col("_deleted") == deleted).drop("_deleted").collect()
+    return {(r.attribute_key, r.valid_from): tuple(r)[2:] for r in rows}
+
+
+def from_days(spark, pairs):
+    return spark.createDataFrame(pairs, "attribute_key string, from_day date")
+
+
+@pytest.fixture(scope="module")
+def history(spark, daily):
+    built = history_changes(daily, None, from_days(spark, [("U1", date(2021, 1, 1)), ("U2", date(2021, 1, 1))]), SPECS, THROUGH)
+    return built.where(~F.col("_deleted")).drop("_deleted").cache()
+
+
+def test_history_has_a_row_per_key_and_run_of_days_with_the_same_values(history):
+    assert history_rows(history.withColumn("_deleted", F.lit(False))) == HISTORY
+
+
+def test_each_history_row_equals_attributes_with_its_days_as_reference_day(history, daily):
+    for day in (date(2021, 1, d) for d in range(1, 6)):
+        attributes = {r.attribute_key: tuple(r)[1:] for r in attributes_from_daily(daily, SPECS, day).collect()}
+        valid = {key: values for (key, start), (end, *values) in HISTORY.items() if start <= day and (end is None or day < end)}
+        assert {key: tuple(values) for key, values in valid.items()} == attributes
+
+
+def test_a_late_event_rewrites_its_key_from_its_day_on_and_nothing_else(spark, history):
+    # A page view of U1 on 01-02 at 10:00 (/e, app tv), loaded late. U1 from 01-02: 01-02 (3, 3, /e,
+    # 3); 01-03 (5, 3, /c, 3); 01-04 (5, 2, /c, 3); 01-05 (5, 0, /c, 3). Its interval from 01-01 keeps
+    # its start and ends on 01-02; the rows of 01-03 and 01-05 are updated, 01-02 and 01-04 inserted.
+    late = daily_of(spark, [*FILTERED, ("U1", "page_view", t("02 10:00"), "/e", "tv")])
+    changes = history_changes(late, history, from_days(spark, [("U1", date(2021, 1, 2))]), SPECS, THROUGH)
+    assert history_rows(changes) == {
+        ("U1", date(2021, 1, 1)): (date(2021, 1, 2), 2, 2, "/b", 2),
+        ("U1", date(2021, 1, 2)): (date(2021, 1, 3), 3, 3, "/e", 3),
+        ("U1", date(2021, 1, 3)): (date(2021, 1, 4), 5, 3, "/c", 3),
+        ("U1", date(2021, 1, 4)): (date(2021, 1, 5), 5, 2, "/c", 3),
+        ("U1", date(2021, 1, 5)): (None, 5, 0, "/c", 3),
+    }
+    assert history_rows(changes, deleted=True) == {}
+
+
+def test_events_gone_from_a_day_delete_the_rows_they_made(spark, history):
+    # U1's page views of 01-03 gone (a refresh): from 01-03 U1 has (2, 0, /b, 2) for good, so its
+    # row from 01-03 changes and its row from 01-05 goes.
+    gone = daily_of(spark, [row for row in FILTERED if row[2].day != 3])
+    changes = history_changes(gone, history, from_days(spark, [("U1", date(2021, 1, 3))]), SPECS, THROUGH)
+    assert history_rows(changes) == {("U1", date(2021, 1, 3)): (None, 2, 0, "/b", 2)}
+    assert set(history_rows(changes, deleted=True)) == {("U1", date(2021, 1, 5))}
+
+
+def test_a_key_recomputed_without_change_yields_no_row(spark, daily, history):
+    assert history_changes(daily, history, from_days(spark, [("U1", date(2021, 1, 1)), ("U2", date(2021, 1, 2))]), SPECS, THROUGH).count() == 0
+
+
+def test_a_lookup_gives_the_values_of_the_day_before_each_example(spark, history):
+    # U1 on 01-03 at 09:00: as of the end of 01-02, (2, 2, /b, 2), not 01-03's page views. U1 on
+    # 01-01: nothing before it (nulls). U2 on 01-10: its current row. U3: never seen. The same
+    # example twice comes back twice.
+    examples = spark.createDataFrame([
+        (1, "U1", t("03 09:00")), (2, "U1", t("01 23:00")), (3, "U2", t("10 00:00")), (4, "U3", t("02 00:00")),
+        (5, "U1", t("03 09:00")),
+    ], "example int, user string, timestamp timestamp")
+    looked = as_of_day_before(examples, history, key="user", at="timestamp")
+    assert looked.columns == ["example", "user", "timestamp", "page_views", "page_views_2d", "last_page", "apps"]
+    assert sorted((r.example, *tuple(r)[3:]) for r in looked.collect()) == [
+        (1, 2, 2, "/b", 2), (2, None, None, None, None), (3, 1, 0, "/x", 1), (4, None, None, None, None), (5, 2, 2, "/b", 2),
+    ]
+
+
+def test_interval_violations_name_gaps_overlaps_open_rows_and_repeated_values(spark):
+    # K1 is in shape. K2: a gap (01-02..01-03), then an open row followed by another. K3: a
+    # row with the values of the one before, and one that ends before it starts.
+    rows = spark.createDataFrame([
+        ("K1", date(2021, 1, 1), date(2021, 1, 2), 1), ("K1", date(2021, 1, 2), None, 2),
+        ("K2", date(2021, 1, 1), date(2021, 1, 2), 1), ("K2", date(2021, 1, 3), None, 2), ("K2", date(2021, 1, 4), None, 3),
+        ("K3", date(2021, 1, 1), date(2021, 1, 2), 1), ("K3", date(2021, 1, 2), date(2021, 1, 1), 1),
+    ], "attribute_key string, valid_from date, valid_to date, n int")
+    found = {(r.attribute_key, r.valid_from.day) for r in V.interval_violations(rows, ["n"]).collect()}
+    assert found == {("K2", 3), ("K2", 4), ("K3", 2)}
 
 
 def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark):

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.attributes import AttributeSpec, Condition
+from incremental_assets.lib.delta.spec import DELETED
 from incremental_assets.lib.incremental.days import DayArrivals, LoadGroup, arrivals_by_day
 
 TIMESTAMP = "derived_tstamp"
 ADDITIVE = ("count", "sum")
+AS_OF, VALID_FROM, VALID_TO = "as_of", "valid_from", "valid_to"
 
 
 def event_filter(spec: AttributeSpec) -> Column:
@@ -68,11 +70,12 @@ def with_partials(stored: DataFrame, events: DataFrame, specs: list[AttributeSpe
     return kept.join(partials, ["attribute_key", "event_date"], "left")
 
 
-def _combine(spec: AttributeSpec, reference_day: date) -> Column:
+def _combine(spec: AttributeSpec, reference_day: Column) -> Column:
+    """One attribute from a key's partials up to `reference_day` (the caller keeps only those): the
+    one rule `attributes`, its history and a point-in-time lookup share."""
     partial = F.col(spec.partial)
     if spec.days is not None:
-        first_day = reference_day - timedelta(days=spec.days - 1)
-        partial = F.when(F.col("event_date").between(F.lit(first_day), F.lit(reference_day)), partial)
+        partial = F.when(F.col("event_date") > F.date_sub(reference_day, spec.days), partial)
     if spec.aggregation in ADDITIVE:
         total = F.sum(partial)
         return F.coalesce(total, F.lit(0)) if spec.aggregation == "count" else total
@@ -86,9 +89,77 @@ def _combine(spec: AttributeSpec, reference_day: date) -> Column:
     return combined.getField("value") if spec.aggregation in ("first", "last") else combined
 
 
+def _as_of(daily: DataFrame, specs: list[AttributeSpec], by: list[str], reference_day: Column) -> DataFrame:
+    """Each group's attributes as of the end of `reference_day`, from its partials up to that day:
+    a key seen only later has no row, and no later event counts."""
+    return daily.where(F.col("event_date") <= reference_day).groupBy(*by).agg(
+        *[_combine(s, reference_day).alias(s.name) for s in specs]
+    )
+
+
 def attributes_from_daily(daily: DataFrame, specs: list[AttributeSpec], reference_day: date) -> DataFrame:
-    """One row per attribute_key, every attribute combined from the daily partials."""
-    return daily.groupBy("attribute_key").agg(*[_combine(s, reference_day).alias(s.name) for s in specs])
+    """One row per attribute_key seen by the end of `reference_day`: every attribute as of then."""
+    return _as_of(daily, specs, ["attribute_key"], F.lit(reference_day))
+
+
+def attributes_by_day(daily: DataFrame, specs: list[AttributeSpec], days: DataFrame) -> DataFrame:
+    """Each key's attributes as of the end of each day of `days` (attribute_key, as_of): the same
+    combination as `attributes_from_daily`, with each row's own reference day."""
+    return _as_of(daily.join(days, "attribute_key"), specs, ["attribute_key", AS_OF], F.col(AS_OF))
+
+
+def days_from(first_days: DataFrame, through: date) -> DataFrame:
+    """(attribute_key, as_of) for every day from each key's `from_day` to `through`."""
+    days = F.sequence(F.col("from_day"), F.lit(through))
+    return first_days.where(F.col("from_day") <= F.lit(through)).select("attribute_key", F.explode(days).alias(AS_OF))
+
+
+def intervals(by_day: DataFrame, names: list[str]) -> DataFrame:
+    """A key's consecutive days with equal values as one row: `valid_from` its first day, `valid_to`
+    the day after its last (null for the latest: the key's current values). A key's days must run
+    without a gap from its first; a row may stand for a run of days that starts on its as_of."""
+    key_days = Window.partitionBy("attribute_key").orderBy(AS_OF)
+    values = F.struct(*names)
+    starts = by_day.withColumn("_starts", ~F.lag(values).over(key_days).eqNullSafe(values)).where("_starts")
+    return starts.select(
+        "attribute_key", F.col(AS_OF).alias(VALID_FROM), F.lead(AS_OF).over(key_days).alias(VALID_TO), *names
+    )
+
+
+def history_changes(
+    daily: DataFrame, stored: DataFrame | None, first_days: DataFrame, specs: list[AttributeSpec], through: date
+) -> DataFrame:
+    """The rows that bring `stored` (attributes_history; None: none yet) up to date through
+    `through` when each key of `first_days` has its values recomputed from its `from_day` on: rows
+    to write (`DELETED` false) and stored rows to delete (true), on (attribute_key, valid_from). A
+    key's interval that holds the day before its from_day keeps its start, and runs on if the
+    values continue; nothing before it is read or written. An unchanged key yields no row."""
+    names = [spec.name for spec in specs]
+    keys = F.broadcast(first_days)
+    recomputed = attributes_by_day(daily.join(keys.select("attribute_key"), "attribute_key"), specs, days_from(first_days, through))
+    if stored is None:
+        return intervals(recomputed, names).withColumn(DELETED, F.lit(False))
+    stored = stored.join(keys, "attribute_key")
+    # The stored intervals the recomputation can touch: from the one holding the day before from_day on.
+    reaching = stored.where(F.col(VALID_TO).isNull() | (F.col(VALID_TO) >= F.col("from_day")))
+    before = reaching.where(F.col(VALID_FROM) < F.col("from_day"))  # holds the day before: kept as it starts
+    start = before.select("attribute_key", F.col(VALID_FROM).alias(AS_OF), *names)
+    rebuilt = intervals(start.unionByName(recomputed), names)
+    kept = reaching.select(*rebuilt.columns)
+    written = rebuilt.exceptAll(kept).withColumn(DELETED, F.lit(False))
+    gone = kept.join(rebuilt, ["attribute_key", VALID_FROM], "left_anti").withColumn(DELETED, F.lit(True))
+    return written.unionByName(gone)
+
+
+def as_of_day_before(examples: DataFrame, history: DataFrame, key: str = "attribute_key", at: str = "timestamp") -> DataFrame:
+    """`examples` with each attribute as of the end of the day before each row's `at` (its key in
+    `key`): what was known when the example happened, never a later event. Every row comes back
+    once; a key not seen by then gets nulls."""
+    names = [c for c in history.columns if c not in ("attribute_key", VALID_FROM, VALID_TO)]
+    day = F.date_sub(F.to_date(examples[at]), 1)
+    valid = history.select(F.col("attribute_key").alias("_key"), VALID_FROM, VALID_TO, *names)
+    holds = (examples[key] == valid["_key"]) & (valid[VALID_FROM] <= day) & (valid[VALID_TO].isNull() | (day < valid[VALID_TO]))
+    return examples.join(valid, holds, "left").drop("_key", VALID_FROM, VALID_TO)
 
 
 def day_arrivals(new_rows: DataFrame) -> list[DayArrivals]:

@@ -43,3 +43,19 @@ def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_sess
     start = F.col("session_start")
     outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + days(max_session_days))
     return events.join(sessions, SESSION, "left").where(outside).select("event_id", SESSION, ts, "session_start")
+
+
+def interval_violations(history: DataFrame, names: list[str]) -> DataFrame:
+    """Rows of attributes_history out of shape: a key's intervals [valid_from, valid_to) must follow
+    each other from its first without gap or overlap, only the last open (valid_to null), each
+    with some value (of `names`) other than the one before's: a new row only where a value changes."""
+    key_rows = Window.partitionBy("attribute_key").orderBy("valid_from")
+    values = F.struct(*names)
+    follows = F.lag("valid_from").over(key_rows).isNotNull()
+    broken = (
+        (follows & ~F.lag("valid_to").over(key_rows).eqNullSafe(F.col("valid_from")))
+        | (F.col("valid_to").isNotNull() & (F.col("valid_to") <= F.col("valid_from")))
+        | (F.col("valid_to").isNull() & F.lead("valid_from").over(key_rows).isNotNull())
+        | (follows & F.lag(values).over(key_rows).eqNullSafe(values))
+    )
+    return history.withColumn("_broken", broken).where("_broken").select("attribute_key", "valid_from", "valid_to")

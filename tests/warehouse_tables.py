@@ -17,7 +17,10 @@ from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import write_events
 
-COMPARED = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "daily_aggregates", "attributes")
+COMPARED = (
+    "filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "daily_aggregates", "attributes",
+    "attributes_history",
+)
 # Columns that say when a run did something, not what the data is: left out of the comparison.
 RUN_DEPENDENT = {"quarantined_sessions": ("quarantined_at",)}
 

@@ -163,6 +163,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--limit", type=int, default=20)
     show.set_defaults(command=_show)
 
+    attributes = commands.add_parser("attributes", help="one key's attributes as of the end of a day (no JVM)")
+    attributes.add_argument("--key", required=True, help="the attribute key (default: a user_identifier)")
+    attributes.add_argument("--as-of", required=True, type=date.fromisoformat, metavar="YYYY-MM-DD")
+    attributes.set_defaults(command=_attributes)
+
     server = commands.add_parser("connect-server", help="serve Spark Connect with Delta (foreground; SPARK_REMOTE=sc://HOST:PORT)")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=15002)
@@ -368,6 +373,13 @@ def _show(args) -> None:
     from incremental_assets.cli.show import print_table
 
     print_table(environment.table_uri(args.table), limit=args.limit)
+
+
+def _attributes(args) -> int:
+    from incremental_assets.cli.show import print_attributes_as_of
+    from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY
+
+    return 0 if print_attributes_as_of(environment.table_uri(ATTRIBUTES_HISTORY), args.key, args.as_of) else 1
 
 
 def _demo(args) -> None:

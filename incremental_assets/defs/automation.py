@@ -29,6 +29,7 @@ from dagster._core.execution.backfill import BulkActionStatus
 from incremental_assets.lib.catalog import (
     APPLY_PLAN_JOB,
     ATTRIBUTES,
+    ATTRIBUTES_HISTORY,
     BASE_GROUP,
     DAILY_AGGREGATES,
     DAILY_JOB,
@@ -56,6 +57,8 @@ from incremental_assets.lib.utc import utcnow
 
 # The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
 NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
+# What follows daily_aggregates, unpartitioned, recomputed after every change to it.
+FROM_DAILY = (ATTRIBUTES, ATTRIBUTES_HISTORY)
 KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
 DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
 REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
@@ -84,8 +87,9 @@ incremental_job = define_asset_job(
 
 daily_job = define_asset_job(
     DAILY_JOB,
-    selection=AssetSelection.assets(DAILY_AGGREGATES, ATTRIBUTES) - NOT_IN_RUNS,
-    description="Recompute daily_aggregates for a range of days (one run, one Spark session), then attributes.",
+    selection=AssetSelection.assets(DAILY_AGGREGATES, *FROM_DAILY) - NOT_IN_RUNS,
+    description="Recompute daily_aggregates for a range of days (one run, one Spark session), then attributes "
+    "and attributes_history.",
 )
 
 hourly_incremental_schedule = ScheduleDefinition(
@@ -213,24 +217,26 @@ def additive_changes_sensor(context: SensorEvaluationContext, settings: Incremen
 
 @requesting_sensor(
     name="attributes_after_daily_aggregates",
-    asset_selection=AssetSelection.assets(ATTRIBUTES),
-    description="Requests attributes once a change to daily_aggregates is done, whichever surface made it "
-    "(a partition backfill from the UI, dagster asset materialize); daily_job writes both in one run.",
+    asset_selection=AssetSelection.assets(*FROM_DAILY),
+    description="Requests attributes and attributes_history once a change to daily_aggregates is done, whichever "
+    "surface made it (a partition backfill from the UI, dagster asset materialize); daily_job writes all three in one run.",
 )
 def attributes_after_daily_aggregates(context: SensorEvaluationContext):
-    """By the order of the two tables' latest materializations in the event log, not by what changed
-    between two ticks: a daily run that wrote both, then a backfill's run that wrote daily_aggregates
-    alone, can land between the same two ticks, and attributes is behind all the same."""
+    """By the order of the tables' latest materializations in the event log, not by what changed
+    between two ticks: a daily run that wrote all three, then a backfill's run that wrote
+    daily_aggregates alone, can land between the same two ticks, and both are behind all the same."""
     instance = context.instance
-    daily, attributes = (instance.fetch_materializations(AssetKey(key), limit=1).records for key in (DAILY_AGGREGATES, ATTRIBUTES))
-    if not daily or (attributes and attributes[0].storage_id > daily[0].storage_id):
-        return SkipReason("No change to daily_aggregates since attributes was written")
-    writing = {AssetKey(DAILY_AGGREGATES), AssetKey(ATTRIBUTES)}
+    daily = instance.fetch_materializations(AssetKey(DAILY_AGGREGATES), limit=1).records
+    latest = {key: instance.fetch_materializations(AssetKey(key), limit=1).records for key in FROM_DAILY}
+    behind = [AssetKey(key) for key, records in latest.items() if daily and not (records and records[0].storage_id > daily[0].storage_id)]
+    if not behind:
+        return SkipReason("No change to daily_aggregates since attributes and attributes_history were written")
+    writing = {AssetKey(DAILY_AGGREGATES), *(AssetKey(key) for key in FROM_DAILY)}
     if any(run.job_name == DAILY_JOB or writing & set(run.asset_selection or ()) for run in runs_in_flight(instance)):
-        return SkipReason("A run that writes daily_aggregates or attributes is in flight")
+        return SkipReason("A run that writes daily_aggregates, attributes or attributes_history is in flight")
     if instance.get_backfills(status=BulkActionStatus.REQUESTED):
-        return SkipReason("A backfill is in progress: attributes follows once it is done")
-    return RunRequest(run_key=f"attributes-after-{daily[0].storage_id}", asset_selection=[AssetKey(ATTRIBUTES)])
+        return SkipReason("A backfill is in progress: attributes and attributes_history follow once it is done")
+    return RunRequest(run_key=f"attributes-after-{daily[0].storage_id}", asset_selection=behind)
 
 
 def defs(settings: IncrementalSettings) -> Definitions:

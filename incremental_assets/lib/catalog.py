@@ -24,6 +24,7 @@ SESSIONS = "sessions"
 DAILY_MANIFEST = "daily_aggregation_manifest"
 DAILY_AGGREGATES = "daily_aggregates"
 ATTRIBUTES = "attributes"
+ATTRIBUTES_HISTORY = "attributes_history"
 INCREMENTAL_MANIFEST = "incremental_manifest"
 RUN_LOG = "run_log"
 FINGERPRINTS = "table_fingerprints"
@@ -95,6 +96,7 @@ TABLES = (
     Table(DAILY_MANIFEST, DAILY_GROUP, STATE_STORE, ("event_date",), rules=EVENT_RULES),
     Table(DAILY_AGGREGATES, DAILY_GROUP, IO_MANAGER, ("attribute_key", "event_date"), rules=DAILY_RULES, attributes=True),
     Table(ATTRIBUTES, DAILY_GROUP, IO_MANAGER, ("attribute_key",), rules=DAILY_RULES, attributes=True),
+    Table(ATTRIBUTES_HISTORY, DAILY_GROUP, IO_MANAGER, ("attribute_key", "valid_from"), rules=DAILY_RULES, attributes=True),
     Table(INCREMENTAL_MANIFEST, None, STATE_STORE, ("model",)),
     Table(RUN_LOG, None, STATE_STORE, refreshed=False),  # kept: the history of every run
     Table(FINGERPRINTS, None, STATE_STORE, ("table",)),

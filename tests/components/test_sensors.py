@@ -207,12 +207,13 @@ def test_rows_behind_the_cursor_get_a_keyhole_run_requested_once_until_one_cover
 def test_attributes_follow_a_backfill_that_lands_between_the_same_two_ticks_as_a_daily_run():
     """Finding (a warm worker made runs quick enough): a daily run that wrote both tables, then a
     backfill's run that wrote daily_aggregates alone, between two ticks; the automation condition
-    counted attributes as handled and never requested it."""
+    counted attributes as handled and never requested it. The history follows the same way, and
+    only what is behind is requested."""
     from dagster import AssetKey, AssetMaterialization, DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
 
     from incremental_assets.defs.automation import attributes_after_daily_aggregates
     from incremental_assets.definitions import defs
-    from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES
+    from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES
 
     instance = DagsterInstance.ephemeral()
 
@@ -224,11 +225,11 @@ def test_attributes_follow_a_backfill_that_lands_between_the_same_two_ticks_as_a
             instance.report_runless_asset_event(AssetMaterialization(asset))
 
     assert isinstance(tick(), SkipReason)  # nothing written yet
-    written(DAILY_AGGREGATES, ATTRIBUTES)  # daily_job
+    written(DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY)  # daily_job
     assert isinstance(tick(), SkipReason)
-    written(DAILY_AGGREGATES, ATTRIBUTES, DAILY_AGGREGATES)  # daily_job, then a backfill's run, between two ticks
+    written(DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES)  # daily_job, then a backfill's run, between two ticks
     request = tick()
-    assert isinstance(request, RunRequest) and request.asset_selection == [AssetKey(ATTRIBUTES)]
+    assert isinstance(request, RunRequest) and request.asset_selection == [AssetKey(ATTRIBUTES), AssetKey(ATTRIBUTES_HISTORY)]
     assert tick().run_key == request.run_key  # requested once: the run key is the change's
 
     # While a run that writes daily_aggregates is in flight, attributes waits for it.
@@ -236,7 +237,9 @@ def test_attributes_follow_a_backfill_that_lands_between_the_same_two_ticks_as_a
                                 asset_selection=frozenset({AssetKey(DAILY_AGGREGATES)})))
     assert "in flight" in tick().skip_message
     instance.report_run_canceled(instance.get_run_by_id("backfill-run"))
-    written(ATTRIBUTES)  # the requested run
+    written(ATTRIBUTES)  # a run of attributes alone (a UI click): the history is still behind
+    assert tick().asset_selection == [AssetKey(ATTRIBUTES_HISTORY)]
+    written(ATTRIBUTES_HISTORY)
     assert isinstance(tick(), SkipReason)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance
+from deltalake import DeltaTable
 
 from incremental_assets.cli import main
 from incremental_assets.cli.preview import preview
@@ -130,7 +131,11 @@ def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothi
     assert "carts_3d__partial" in after.columns
     assert sorted(map(tuple, after.select(*sorted(before.columns)).collect())) == kept, "no other column changed"
     scratch = from_scratch(built, tmp_path, changed)
-    assert comparable_tables(warehouse)["attributes"] == comparable_tables(scratch)["attributes"]
+    for table in ("attributes", "attributes_history"):
+        assert comparable_tables(warehouse)[table] == comparable_tables(scratch)[table]
+    assert "carts_3d" in DeltaTable(f"{warehouse}/attributes_history").schema().to_arrow().names
+    logged = DeltaTable(f"{warehouse}/run_log").to_pyarrow_table(columns=["asset", "message"]).to_pylist()
+    assert any(r["asset"] == "attributes_history" and "rebuilt for every key from start_date" in (r["message"] or "") for r in logged)
 
 
 def test_a_redefined_attribute_is_refused_not_mixed_then_recomputed_for_every_day(spark, built, tmp_path):

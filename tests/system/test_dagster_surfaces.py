@@ -21,7 +21,7 @@ from dagster._core.execution.backfill import PartitionBackfill
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
 from incremental_assets.definitions import build_definitions
-from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, KEYHOLE_TAG, WAREHOUSE_POOL, WORKER_TAG
+from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, KEYHOLE_TAG, WAREHOUSE_POOL, WORKER_TAG
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
@@ -42,7 +42,8 @@ SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_second
 
 def rows_of(spark, table: str) -> list[tuple]:
     frame = read_table(spark, StateStore().uri(table))
-    return sorted(tuple(row) for row in frame.select(*sorted(frame.columns)).collect())
+    rows = (tuple(row) for row in frame.select(*sorted(frame.columns)).collect())
+    return sorted(rows, key=lambda row: tuple((value is None, value) for value in row))  # nulls last
 
 
 def a_home(tmp_path: Path, config: str = "dagster.yaml") -> Path:
@@ -81,21 +82,23 @@ def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_a
         statuses = [(r["asset"], r["status"]) for r in StateStore().run_log(run_id=run.run_id)]
         assert statuses == [(DAILY_AGGREGATES, PROCESSING), (DAILY_AGGREGATES, PROCESSED)]
 
-        # The sensor asks for attributes now that daily_aggregates changed ...
+        # The sensor asks for attributes and their history now that daily_aggregates changed ...
         request = follow_sensor(build_sensor_context(instance=instance, definitions=defs))
-        assert isinstance(request, RunRequest) and request.asset_selection == [AssetKey(ATTRIBUTES)]
-        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={AssetKey(ATTRIBUTES)})
+        following = [AssetKey(ATTRIBUTES), AssetKey(ATTRIBUTES_HISTORY)]
+        assert isinstance(request, RunRequest) and request.asset_selection == following
+        job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(following))
         follow = job.execute_in_process(instance=instance, raise_on_error=False)
         assert follow.success
         # ... and the next writer found the lease of `dagster asset materialize` closed: nothing Failed.
         assert FAILED not in {r["status"] for r in StateStore().run_log()}
-        assert [r["status"] for r in StateStore().run_log(run_id=follow.run_id)] == [PROCESSING, PROCESSED]
-        through_dagster = rows_of(spark, ATTRIBUTES)
+        records = sorted((r["asset"], r["status"]) for r in StateStore().run_log(run_id=follow.run_id))
+        assert records == sorted((key.path[-1], status) for key in following for status in (PROCESSING, PROCESSED))
+        through_dagster = rows_of(spark, ATTRIBUTES), rows_of(spark, ATTRIBUTES_HISTORY)
 
         # What the project's own backfill of the same day leaves.
         first = date.fromisoformat(day)
         assert run_days(settings, first, first, instance).success
-        assert rows_of(spark, ATTRIBUTES) == through_dagster
+        assert (rows_of(spark, ATTRIBUTES), rows_of(spark, ATTRIBUTES_HISTORY)) == through_dagster
 
 
 def writers(instance: DagsterInstance) -> list:

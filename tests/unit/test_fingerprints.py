@@ -104,3 +104,21 @@ def test_the_plan_names_each_table_its_change_and_the_command():
     assert lines[0] == "The settings differ from those 2 table(s) were built under:"
     assert "filtered_events" in lines[1] and "settings event_names changed -> rebuilt for every day" in lines[1]
     assert lines[-1].startswith("Nothing is written until the plan is applied: incremental-assets apply")
+
+
+def test_the_attributes_history_is_rebuilt_whole_when_its_attributes_change_whatever_the_kind():
+    """Its columns are the attributes: an attribute added is additive (the sensor may apply it) and
+    still rebuilds it whole; a setting applied forward-only rebuilds nothing there either."""
+    def with_history(values=VALUES, attributes=(PAGE_VIEWS,)):
+        return {**tables(values, attributes), "attributes_history": tables(values, attributes)["daily_aggregates"]}
+
+    added = plan(stored(with_history()), with_history(attributes=(PAGE_VIEWS, CARTS)), rebuilt_whole=["attributes_history"])
+    assert [(c.table, c.kind, c.rebuild) for c in added.changes] == [
+        ("daily_aggregates", ADDITIVE, False), ("attributes_history", ADDITIVE, True)]
+    assert added.additive_only
+    assert "attribute(s) carts_3d added -> rebuilt for every key from start_date" in added.changes[1].describe()
+    forward = plan(stored(with_history()), with_history(attributes=()), forward_only=True, rebuilt_whole=["attributes_history"])
+    assert [(c.table, c.rebuild) for c in forward.changes] == [("daily_aggregates", False), ("attributes_history", True)]
+    setting = plan(stored(with_history()), with_history({**VALUES, "app_ids": ["website"]}), forward_only=True,
+                   rebuilt_whole=["attributes_history"])
+    assert not any(c.rebuild for c in setting.changes)

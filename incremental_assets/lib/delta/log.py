@@ -337,6 +337,21 @@ def partitions_changed(uri: str, since: int, column: str) -> set | None:
     return values
 
 
+def rows_with(uri: str, column: str, value: Any) -> list[dict[str, Any]]:
+    """The rows whose `column` equals `value`, reading only the data files whose statistics may hold
+    it (a lookup by key in a table clustered by it); compared after the read, as a MERGE by
+    deltalake leaves string_view columns that Arrow's filters cannot compare or take."""
+    table = _open(uri)
+    files = data_files(table)
+    low, high = (files.column(f"{bound}.{column}").to_pylist() if f"{bound}.{column}" in files.column_names
+                 else [None] * files.num_rows for bound in ("min", "max"))
+    paths = [path for path, lo, hi in zip(files.column("path").to_pylist(), low, high)
+             if (lo is None or lo <= value) and (hi is None or value <= hi)]
+    if not paths:
+        return []
+    return [row for row in read_columns(uri, paths, table.schema().to_arrow().names).to_pylist() if row[column] == value]
+
+
 def rows_as_of(uri: str, version: int, columns: list[str], filters: list) -> pa.Table | None:
     """Columns of the table as it was at `version` (filtered on partition columns), or None when
     that version cannot be read any more: its log cleaned up or its files vacuumed."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from typing import Any, Iterable, Mapping
 
@@ -86,11 +86,12 @@ class TableChange:
     removed: tuple[str, ...] = ()  # attributes whose columns are dropped
     version: bool = False  # the asset's declared code version changed: rebuilt
     earlier_release: bool = False  # built by a release that recorded no fingerprint: settings unknown
+    whole: bool = False  # attributes changed in a table rebuilt whole on that, whatever the change's kind
 
     @property
     def rebuild(self) -> bool:
         """The whole table is rebuilt (every day), not some of its columns."""
-        return self.kind != FORWARD_ONLY and (bool(self.settings) or self.version or self.earlier_release)
+        return self.whole or (self.kind != FORWARD_ONLY and (bool(self.settings) or self.version or self.earlier_release))
 
     def describe(self) -> str:
         what = []
@@ -103,7 +104,9 @@ class TableChange:
         for verb, names in (("added", self.added), ("redefined", self.redefined), ("removed", self.removed)):
             if names:
                 what.append(f"attribute(s) {', '.join(names)} {verb}")
-        if self.kind == FORWARD_ONLY and self.earlier_release:
+        if self.whole:
+            action = "rebuilt for every key from start_date (from daily_aggregates: no source data dropped)"
+        elif self.kind == FORWARD_ONLY and self.earlier_release:
             action = "nothing rebuilt: adopted as built under the current settings"
         elif self.kind == FORWARD_ONLY:
             action = "nothing rebuilt: the change applies from now on"
@@ -152,12 +155,14 @@ class Plan:
 
 def plan(
     stored: Mapping[str, Stored | None], current: Mapping[str, Fingerprint], forward_only: bool = False,
-    built: Iterable[str] = (),
+    built: Iterable[str] = (), rebuilt_whole: Iterable[str] = (),
 ) -> Plan:
     """The plan that brings every table of `current` (in its order) to its current fingerprint.
     `built`: tables that hold rows; one of them without a fingerprint was built by an earlier
     release under settings nobody recorded, so it is planned like a breaking change (rebuilt), or
-    adopted as it is when forward-only. A table without rows is new: recorded when first written."""
+    adopted as it is when forward-only. A table without rows is new: recorded when first written.
+    `rebuilt_whole`: tables rebuilt whole on any change of the attributes, whatever its kind (their
+    columns are the attributes)."""
     built = set(built)
     changes, adopted = [], []
     for table, now in current.items():
@@ -170,7 +175,8 @@ def plan(
             continue
         change = _change(table, before.fingerprint, now, forward_only)
         if change is not None:
-            changes.append(change)
+            redefined = change.added or change.removed or change.redefined
+            changes.append(replace(change, whole=table in set(rebuilt_whole) and bool(redefined)))
     return Plan(tuple(changes), tuple(adopted))
 
 

@@ -14,6 +14,7 @@ from dagster import Failure
 
 from incremental_assets.lib.catalog import (
     ATTRIBUTES,
+    ATTRIBUTES_HISTORY,
     DAILY_AGGREGATES,
     DAILY_MANIFEST,
     DAILY_RULES,
@@ -34,9 +35,12 @@ from incremental_assets.lib.state.store import LeaseHeld, StateStore, run_of
 # source rules, and on its declared code version.
 TABLE_RULES = {
     LIFECYCLE: SOURCE_RULES, QUARANTINE: SOURCE_RULES, FILTERED_EVENTS: EVENT_RULES, DAILY_MANIFEST: EVENT_RULES,
-    DAILY_AGGREGATES: DAILY_RULES, ATTRIBUTES: DAILY_RULES,
+    DAILY_AGGREGATES: DAILY_RULES, ATTRIBUTES: DAILY_RULES, ATTRIBUTES_HISTORY: DAILY_RULES,
 }
-WITH_ATTRIBUTES = (DAILY_AGGREGATES, ATTRIBUTES)
+WITH_ATTRIBUTES = (DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY)
+# Rebuilt whole on any change of the attributes, whatever its kind: its columns are the attributes,
+# and its rebuild reads daily_aggregates only (no source data is read or dropped).
+REBUILT_WHOLE = (ATTRIBUTES_HISTORY,)
 
 
 def current_fingerprints(settings: IncrementalSettings, incremental: Mapping[str, str | None]) -> dict[str, Fingerprint]:
@@ -44,7 +48,7 @@ def current_fingerprints(settings: IncrementalSettings, incremental: Mapping[str
     assets of the definitions (the built-in ones and a user's own) and their code versions."""
     values = settings.model_dump()
     attributes = {a.name: a.as_definition() for a in settings.attributes}
-    tables = [LIFECYCLE, QUARANTINE, *sorted(incremental), DAILY_MANIFEST, DAILY_AGGREGATES, ATTRIBUTES]
+    tables = [LIFECYCLE, QUARANTINE, *sorted(incremental), DAILY_MANIFEST, DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY]
     return {
         table: fingerprint_of(values, TABLE_RULES.get(table, SOURCE_RULES),
                               attributes if table in WITH_ATTRIBUTES else None, incremental.get(table))
@@ -62,7 +66,7 @@ def pending_plan(
     current = current_fingerprints(settings, incremental)
     stored = state.fingerprints()
     built = [table for table in current if table not in stored and row_count(state.uri(table))]
-    return plan(stored, current, forward_only, built), current
+    return plan(stored, current, forward_only, built, REBUILT_WHOLE), current
 
 
 def refusal(changes: Plan) -> str:

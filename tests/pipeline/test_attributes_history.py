@@ -1,0 +1,192 @@
+"""attributes_history over a sample stream with late and out-of-order loads, held against an oracle
+computed with pandas straight from filtered_events (not from the project's partials): for every day
+and key, the row valid that day holds the values as of the end of that day."""
+
+import shutil
+from datetime import date, datetime, timedelta
+
+import pandas as pd
+import pytest
+from dagster import DagsterInstance
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from incremental_assets.cli import main
+from incremental_assets.cli.runner import run_days, run_incremental
+from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.loader import write_events
+from incremental_assets.lib.transforms.daily import as_of_day_before
+from tests.warehouse_tables import scenario_environment
+
+PARAMS = SampleParams(users=12, days=4, events_per_day=240, start_date=date(2024, 3, 1), seed=17, late_share=0.3)
+NAMES = ["page_views", "page_views_7d", "sessions_7d", "first_seen", "last_seen", "last_page_url", "distinct_apps", "carts_added"]
+
+
+def settings(reference_day: date) -> IncrementalSettings:
+    return IncrementalSettings(
+        start_date="2024-03-01", backfill_limit_days=2, reprocess_days=30, min_rows_to_process=1,
+        attributes_reference_date=reference_day.isoformat(),
+    )
+
+
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory):
+    """A warehouse kept by a run a day (the reference day moving with it), the last a week past the
+    stream's end, so that its 7-day values age out: the history kept incrementally throughout."""
+    root = tmp_path_factory.mktemp("history")
+    warehouse, source = root / "warehouse", root / "source"
+    instance = DagsterInstance.ephemeral()
+    with scenario_environment(warehouse, source, {}):
+        generate_stream(spark, str(source), PARAMS, hours=2 * 24)
+        for day in range(3, 6):
+            if day > 3:
+                append_hours(spark, str(source), 24)
+            assert run_incremental(settings(date(2024, 3, day - 1)), now=f"2024-03-{day:02d}T00:00:00", instance=instance).success
+        last = date(2024, 3, 12)
+        assert run_days(settings(last), date(2024, 3, 4), date(2024, 3, 4), instance).success
+    return warehouse, source, instance, last
+
+
+def events(warehouse) -> pd.DataFrame:
+    frame = DeltaTable(f"{warehouse}/filtered_events").to_pandas()
+    return frame.assign(event_date=pd.to_datetime(frame.event_date).dt.date)
+
+
+def oracle(events: pd.DataFrame, day: date) -> dict[str, tuple]:
+    """Every sample attribute of every key seen by the end of `day`, from its events alone."""
+    seen = events[events.event_date <= day]
+    week = seen[seen.event_date > day - timedelta(days=7)]
+    values = {}
+    for key, rows in seen.groupby("user_identifier"):
+        recent = week[week.user_identifier == key]
+        views = rows[(rows.event_name == "page_view") & rows.page_url.notna()]
+        last_page = views.sort_values(["derived_tstamp", "page_url"]).page_url.iloc[-1] if len(views) else None
+        values[key] = (
+            int((rows.event_name == "page_view").sum()),
+            int((recent.event_name == "page_view").sum()),
+            recent.session_identifier.dropna().nunique(),
+            moment(rows.derived_tstamp.min()),
+            moment(rows.derived_tstamp.max()),
+            last_page,
+            sorted(rows.app_id.dropna().unique()),
+            int((rows.event_name == "add_to_cart").sum()),
+        )
+    return values
+
+
+def moment(value) -> datetime:
+    value = pd.Timestamp(value)
+    return (value.tz_convert("UTC") if value.tzinfo else value.tz_localize("UTC")).to_pydatetime()
+
+
+def history_rows(warehouse, version: int | None = None) -> list[dict]:
+    return DeltaTable(f"{warehouse}/attributes_history", version=version).to_pyarrow_table().to_pylist()
+
+
+def valid_on(rows: list[dict], day: date) -> dict[str, tuple]:
+    found = {}
+    for row in rows:
+        if row["valid_from"] <= day and (row["valid_to"] is None or day < row["valid_to"]):
+            assert row["attribute_key"] not in found, f"two rows of {row['attribute_key']} valid on {day}"
+            found[row["attribute_key"]] = tuple(
+                moment(row[n]) if isinstance(row[n], datetime) else row[n] for n in NAMES
+            )
+    return found
+
+
+def assert_oracle_holds(warehouse, last: date) -> None:
+    rows, filtered = history_rows(warehouse), events(warehouse)
+    day = PARAMS.start_date
+    while day <= last:
+        assert valid_on(rows, day) == oracle(filtered, day), f"as of {day}"
+        day += timedelta(days=1)
+
+
+def test_the_row_valid_on_each_day_holds_that_days_values_for_every_key(built):
+    warehouse, _, _, last = built
+    assert_oracle_holds(warehouse, last)
+    rows = history_rows(warehouse)
+    # a row starts only where a value changes, and the 7-day values aged out after the stream ended
+    assert len(rows) < len({r["attribute_key"] for r in rows}) * ((last - PARAMS.start_date).days + 1)
+    assert all(r["page_views_7d"] == 0 for r in rows if r["valid_to"] is None and r["page_views"])
+
+
+def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothing(spark, built, tmp_path):
+    base, source_base, _, last = built
+    warehouse, source = tmp_path / "warehouse", tmp_path / "source"
+    shutil.copytree(base, warehouse)
+    shutil.copytree(source_base, source)
+    instance = DagsterInstance.ephemeral()
+    with scenario_environment(warehouse, source, {}):
+        # A session of three page views of one user on 03-02, three days before the last load,
+        # loaded now (copies of that user's page views of the day, in a session of their own).
+        day = date(2024, 3, 2)
+        stream = spark.read.format("delta").load(str(source))
+        user_views = stream.where((F.to_date("derived_tstamp") == F.lit(day)) & (F.col("event_name") == "page_view"))
+        user = user_views.first()["domain_userid"]
+        loaded = datetime(2024, 3, 5, 0, 30)
+        late = (
+            user_views.where(F.col("domain_userid") == user).limit(3)
+            .withColumn("event_id", F.concat(F.lit("late-"), "event_id"))
+            .withColumn("domain_sessionid", F.lit("late-session"))
+            .withColumn("load_tstamp", F.lit(loaded)).withColumn("load_date", F.lit(loaded.date()))
+        )
+        write_events(spark, late, str(source), "append")
+        before = DeltaTable(f"{warehouse}/attributes_history").version()
+        old = history_rows(warehouse)
+        assert run_incremental(settings(last), now="2024-03-05T01:00:00", instance=instance).success
+        table = DeltaTable(f"{warehouse}/attributes_history")
+        assert table.version() > before
+        new = history_rows(warehouse)
+        changed = [r for r in old if r not in new] + [r for r in new if r not in old]
+        assert changed and {r["attribute_key"] for r in changed} == {user}, "only the late user's rows"
+        assert all(r["valid_to"] is None or r["valid_to"] > day for r in changed), "only its rows from that day on"
+        assert_oracle_holds(warehouse, last)
+
+        # the daily job again over the same days, nothing new: no commit to attributes_history
+        written = table.version()
+        assert run_days(settings(last), day, day, instance).success
+        assert run_incremental(settings(last), now="2024-03-05T02:00:00", instance=instance).success
+        assert DeltaTable(f"{warehouse}/attributes_history").version() == written
+
+
+def test_a_point_in_time_lookup_gives_each_example_the_values_of_the_day_before(spark, built):
+    warehouse, _, _, last = built
+    filtered = events(warehouse)
+    keys = sorted(filtered.user_identifier.unique()) + ["never-seen"]
+    start = datetime(2024, 2, 28)
+    examples = [(i, keys[i % len(keys)], start + timedelta(seconds=14 * i)) for i in range(100_000)]  # to 03-15
+    frame = spark.createDataFrame(examples, "example int, user string, at timestamp")
+    history = spark.read.format("delta").load(f"{warehouse}/attributes_history")
+    looked = as_of_day_before(frame, history, key="user", at="at").collect()
+    assert sorted(row.example for row in looked) == list(range(len(examples)))
+    by_day = {}
+    for row in looked:
+        day = min(row.at.date() - timedelta(days=1), last)  # the history runs through its last reference day
+        if day not in by_day:
+            by_day[day] = oracle(filtered, day)
+        expected = by_day[day].get(row.user, (None,) * len(NAMES))
+        got = tuple(moment(row[n]) if isinstance(row[n], datetime) else row[n] for n in NAMES)
+        assert got == expected, f"{row.user} at {row.at}"
+
+
+def test_the_command_prints_one_keys_values_as_of_a_day(built, capsys):
+    warehouse, source, _, last = built
+    filtered = events(warehouse)
+    key = sorted(filtered.user_identifier.unique())[0]
+    day = date(2024, 3, 3)
+    with scenario_environment(warehouse, source, {}):
+        assert main(["attributes", "--key", key, "--as-of", day.isoformat()]) == 0
+        shown = capsys.readouterr().out
+        assert main(["attributes", "--key", key, "--as-of", "2024-02-20"]) == 1
+        before = capsys.readouterr().out
+        assert main(["attributes", "--key", key, "--as-of", "2024-04-01"]) == 0
+        beyond = capsys.readouterr().out
+    expected = dict(zip(NAMES, oracle(filtered, day)[key]))
+    lines = {line.split()[0]: line.split(None, 1)[1].strip() for line in shown.splitlines()[1:]}
+    assert lines["page_views"] == str(expected["page_views"]) and lines["carts_added"] == str(expected["carts_added"])
+    assert lines["last_page_url"] == str(expected["last_page_url"])
+    assert f"{key}: no event by the end of 2024-02-20" in before
+    assert f"the history runs through {last}" in beyond

@@ -9,7 +9,7 @@ CHROMIUM := /usr/bin/chromium
 POSTGRES := /usr/lib/postgresql
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test soak bench bench-maintenance bench-process bench-object-store ui clean
+.PHONY: setup demo test soak bench bench-maintenance bench-process bench-object-store bench-history ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -61,6 +61,11 @@ bench-process: setup
 # and a run over a million events (benchmarks/results/object_store.json; make bench adds it).
 bench-object-store: setup
 	$(BIN)/python benchmarks/object_store.py --reps 3
+
+# attributes_history on 90 days of 20,000 events a day: its cost beside attributes, its rows per
+# key, a point-in-time lookup of 100,000 examples (benchmarks/results/attributes_history.json; make bench adds it).
+bench-history: setup
+	$(BIN)/python benchmarks/history.py --reps 3
 
 # Not part of make test: the batching property searched longer (hypothesis' soak profile), and the
 # crash matrix (tests/soak/, a process per failure).

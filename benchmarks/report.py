@@ -23,6 +23,7 @@ HERE = Path(__file__).parent
 MAINTENANCE = HERE / "results" / "maintenance.json"
 PROCESS = HERE / "results" / "process.json"
 OBJECT_STORE = HERE / "results" / "object_store.json"
+HISTORY = HERE / "results" / "attributes_history.json"
 TOP = 5  # rows of a "where the time goes" table
 
 # The project's performance targets, marked met or not beside each figure.
@@ -197,7 +198,33 @@ def markdown(results: dict, command: str) -> list[str]:
         lines.extend(object_store(json.loads(OBJECT_STORE.read_text())))
     if MAINTENANCE.exists():
         lines.extend(maintenance(json.loads(MAINTENANCE.read_text())))
+    if HISTORY.exists():
+        lines.extend(attributes_history(json.loads(HISTORY.read_text())))
     return lines
+
+
+def attributes_history(h: dict) -> list[str]:
+    built, hour = h["built_whole"], h["one_hour_median"]
+    hours = h["one_hour_runs"]
+    return [
+        "## Attributes history",
+        "",
+        f"Measured {h['measured_at']}, in one Spark session: {h['days_of_history']} days of "
+        f"{h['events_per_day']:,} events a day ({h['keys']:,} keys). The history's backfill builds "
+        "`attributes_history` whole; each one-hour run after it keeps it (the daily run's step beside "
+        "`attributes`'s); a point-in-time lookup gives each example the values of the day before it. "
+        f"Command: `.venv/bin/python {h['command']}`.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| rows per key over {h['days_of_history']} days | {h['rows_per_key']:.2f} ({h['history_rows']:,} rows) |",
+        f"| built whole: `attributes_history` / `attributes` | {s(built['attributes_history'])} / {s(built['attributes'])} |",
+        f"| one-hour run: `attributes_history` / `attributes` | {runs(hour['attributes_history'], [r['attributes_history'] for r in hours])}"
+        f" / {runs(hour['attributes'], [r['attributes'] for r in hours])} |",
+        f"| lookup of {h['lookup_rows']:,} examples | {runs(h['lookup_median_seconds'], h['lookup_seconds'])}, "
+        f"{h['lookup_rows_out'][0]:,} rows out |",
+        "",
+    ]
 
 
 def object_store(o: dict) -> list[str]:

@@ -113,9 +113,10 @@ class IncrementalSettings(ConfigurableResource):
         default=168, description="History table maintenance keeps (VACUUM retention; >= 168, Delta's own minimum)"
     )
     maintenance_zorder_by: dict[str, list[str]] = Field(
-        default_factory=dict,
+        default_factory=lambda: {"attributes_history": ["attribute_key"]},
         description="Tables whose compaction Z-orders their files by these columns, e.g. "
-        "{sessions_lifecycle_manifest: [session_identifier]} (columns that keep statistics; default plain compaction)",
+        "{sessions_lifecycle_manifest: [session_identifier]} (columns that keep statistics; the others: plain "
+        "compaction). Default: attributes_history by attribute_key, so a lookup of one key reads few files",
     )
     attributes_reference_date: str | None = Field(
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"

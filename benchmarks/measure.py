@@ -35,4 +35,4 @@ def _print(numbers: dict, indent: str = "") -> None:
             print(f"{indent}{key}")
             _print(value, indent + "  ")
         else:
-            print(f"{indent}{key:<40}{value:>12}")
+            print(f"{indent}{key:<40}{value if isinstance(value, (int, float, str)) else json.dumps(value):>12}")

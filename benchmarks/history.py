@@ -2,7 +2,7 @@
 costs beside `attributes` (built whole by the history's backfill, then kept by one-hour runs), how
 many rows it holds per key, and a point-in-time lookup of many (key, timestamp) examples.
 
-    .venv/bin/python benchmarks/history.py [--days 90] [--events-per-day 20000] [--lookups 100000] [--reps 3]
+    .venv/bin/python benchmarks/history.py [--days 90] [--events-per-day 20000] [--lookups 100000] [--reps 3] [--conditions TEXT]
 
 Writes benchmarks/results/attributes_history.json (make bench adds it to results.md).
 """
@@ -88,12 +88,14 @@ def main() -> None:
     parser.add_argument("--events-per-day", type=int, default=20_000)
     parser.add_argument("--lookups", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--conditions", default="", help="what else the machine ran meanwhile, shown with the figures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="incremental-assets-history-") as root:
         result = {
             "measured_at": datetime.now().isoformat(timespec="seconds"),
             "command": f"benchmarks/history.py --days {args.days} --events-per-day {args.events_per_day} "
                        f"--lookups {args.lookups} --reps {args.reps}",
+            "conditions": args.conditions,
             **measure(Bench(Path(root), args.reps), args.days, args.events_per_day, args.lookups),
         }
     save_results("attributes_history", result)

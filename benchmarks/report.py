@@ -213,7 +213,7 @@ def attributes_history(h: dict) -> list[str]:
         f"{h['events_per_day']:,} events a day ({h['keys']:,} keys). The history's backfill builds "
         "`attributes_history` whole; each one-hour run after it keeps it (the daily run's step beside "
         "`attributes`'s); a point-in-time lookup gives each example the values of the day before it. "
-        f"Command: `.venv/bin/python {h['command']}`.",
+        f"Command: `.venv/bin/python {h['command']}`.{' ' + h['conditions'] if h.get('conditions') else ''}",
         "",
         "| figure | value |",
         "|---|---|",

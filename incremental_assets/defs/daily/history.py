@@ -129,9 +129,8 @@ def keys_to_recompute(
         return _every_key(daily, stored)
     spark = daily.sparkSession
     keys = daily.select("attribute_key", "event_date").where(F.col("event_date").isin(touched)) if touched else None
-    if was is not None and was.num_rows:
-        schema = keys.schema
-        old = spark.createDataFrame(was.select(schema.names).to_pandas(), schema)
+    if was is not None and was.num_rows:  # as Python rows: Spark Connect takes no string_view column
+        old = spark.createDataFrame([(r["attribute_key"], r["event_date"]) for r in was.to_pylist()], keys.schema)
         keys = keys.unionByName(old)
     aging = _aging(daily, specs, before.through, now.through)
     if aging is not None:

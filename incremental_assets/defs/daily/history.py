@@ -51,9 +51,7 @@ class BuiltFrom:
 
     @classmethod
     def stored(cls, uri: str) -> "BuiltFrom | None":
-        """The mark of the stored history; None when it holds no row (new, or emptied) or says nothing."""
-        if not row_count(uri):
-            return None
+        """The mark of the stored history's latest write; None when none says."""
         raw = latest_marker(uri, BUILT_FROM, within=MARK_WITHIN)
         return None if raw is None else cls(raw["table_id"], raw["version"], date.fromisoformat(raw["through"]))
 
@@ -82,8 +80,8 @@ def attributes_history(context: AssetExecutionContext, daily: DataFrame, setting
     specs, through = settings.attribute_specs(), settings.reference_day()
     source = stored_table(daily_uri)
     now = BuiltFrom(source.metadata().id, source.version(), through)
-    before = BuiltFrom.stored(uri)
-    stored = read_table(daily.sparkSession, uri) if row_count(uri) else None
+    stored = read_table(daily.sparkSession, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
+    before = BuiltFrom.stored(uri) if stored is not None else None
     first_days = keys_to_recompute(daily, daily_uri, stored, before, now, specs)
     if first_days is None:
         yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {before.version}"})

@@ -305,30 +305,17 @@ def _merge(
     txn: Txn | None,
 ) -> WriteResult:
     target = path_identifier(uri)
-
-    def stored(column: str) -> Column:  # the target's column, named through its table
-        return F.col(f"{target}.`{column}`")
-
-    condition = reduce(Column.__and__, [stored(key).eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
+    condition = _on_keys(target, keys)
     if floor is not None:
-        condition = condition & (stored(floor[0]).isNull() | (stored(floor[0]) >= F.lit(floor[1])))
+        stored = F.col(f"{target}.`{floor[0]}`")
+        condition = condition & (stored.isNull() | (stored >= F.lit(floor[1])))
     merge = df.alias("s").mergeInto(target, condition)  # target: path_identifier, a quoted name
     if update:
         merge = merge.whenMatched().updateAll()
     session_conf = {SCHEMA_EVOLUTION_CONF: "true"}  # as appends: mergeSchema
     if txn is not None:
         session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
-    before = table.version()  # as `write` opened it
-    for key, value in session_conf.items():
-        spark.conf.set(key, value)
-    try:
-        merge.whenNotMatched().insertAll().merge()
-    finally:
-        for key in session_conf:
-            spark.conf.unset(key)
-    after = last_commit(uri)
-    # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
-    return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
+    return _merged(spark, merge.whenNotMatched().insertAll(), table, uri, session_conf)
 
 
 def _apply_changes(
@@ -337,18 +324,31 @@ def _apply_changes(
     """One MERGE of change rows on `keys`: a row marked DELETED deletes its stored row, the others
     update or insert theirs (the table's columns only)."""
     target = path_identifier(uri)
-    condition = reduce(Column.__and__, [F.col(f"{target}.`{key}`").eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
     deleted = F.col(f"s.`{DELETED}`")
     values = {column: F.col(f"s.`{column}`") for column in df.columns if column != DELETED}
-    merge = df.alias("s").mergeInto(target, condition).whenMatched(deleted).delete().whenMatched().update(values)
-    before = table.version()
-    if user_metadata:
-        spark.conf.set(USER_METADATA_CONF, user_metadata)
+    merge = df.alias("s").mergeInto(target, _on_keys(target, keys)).whenMatched(deleted).delete()
+    merge = merge.whenMatched().update(values).whenNotMatched(~deleted).insert(values)
+    return _merged(spark, merge, table, uri, {USER_METADATA_CONF: user_metadata} if user_metadata else {})
+
+
+def _on_keys(target: str, keys: Sequence[str]) -> Column:
+    """The target's rows (named through its table) and the source's `s` that share `keys`."""
+    return reduce(Column.__and__, [F.col(f"{target}.`{key}`").eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
+
+
+def _merged(spark: SparkSession, merge, table: deltalake.DeltaTable, uri: str, session_conf: Mapping[str, str]) -> WriteResult:
+    """Run a MERGE (Delta reads these of its settings from the session, not from the writer), and
+    what it committed."""
+    before = table.version()  # as `write` opened it
+    for key, value in session_conf.items():
+        spark.conf.set(key, value)
     try:
-        merge.whenNotMatched(~deleted).insert(values).merge()
+        merge.merge()
     finally:
-        spark.conf.unset(USER_METADATA_CONF)
+        for key in session_conf:
+            spark.conf.unset(key)
     after = last_commit(uri)
+    # A merge that changes nothing commits nothing: report zeros, not the previous commit's metrics.
     return after if after.version != before else WriteResult(version=before, operation="MERGE (no change)")
 
 

@@ -32,7 +32,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds
 from incremental_assets.lib.source.loader import Load, LoadOptions, load
 from incremental_assets.lib.state.fingerprints import Plan
-from incremental_assets.lib.state.hooks import alive_in, runs_in_flight
+from incremental_assets.lib.state.hooks import alive_in, behind_daily_aggregates, runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.lib.state.store import StateStore
@@ -168,16 +168,23 @@ def run_log_file() -> Path:
     return environment.dagster_home() / "logs" / "incremental-assets.log"
 
 
-def _execute(job_name: str, settings: IncrementalSettings, instance, run_config=None, tags=None) -> RunSummary:
+def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_config=None, tags=None,
+             assets: list[AssetKey] | None = None) -> RunSummary:
     """Run a job of definitions built from these settings (so the daily partitions start at their
-    start_date), in this process."""
+    start_date), in this process; without a job name, Dagster's own asset job on `assets`, as the
+    UI or a sensor's request runs them."""
     from incremental_assets.definitions import build_definitions
 
     log_file = run_log_file()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
-    job = build_definitions(settings).resolve_job_def(job_name)
+    definitions = build_definitions(settings)
+    if job_name is None:
+        job = definitions.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(assets))
+        job_name = job.name
+    else:
+        job = definitions.resolve_job_def(job_name)
     runs_in_flight(instance)  # fails the runs of killed processes in the instance, as the lease does in the run log
     timings.mark(f"{job_name}: definitions")
     result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False, tags=tags)
@@ -229,8 +236,12 @@ def run_days(settings: IncrementalSettings, first: date, last: date, instance: D
 
 
 def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
-    """What the daily sensor does, in-process: one run per range of days marked to_process."""
-    return [run_days(settings, first, last, instance) for first, last in requested_day_ranges(StateStore().days(), utcnow().date())]
+    """What the daily sensors do, in-process: one run per range of days marked to_process; then,
+    when they succeeded, a run of attributes and attributes_history if either is behind
+    daily_aggregates (a daily run that failed or was killed after daily_aggregates, a UI backfill)."""
+    runs = [run_days(settings, first, last, instance) for first, last in requested_day_ranges(StateStore().days(), utcnow().date())]
+    behind = behind_daily_aggregates(instance) if all(run.success for run in runs) else []
+    return runs + ([_execute(None, settings, instance, assets=behind)] if behind else [])
 
 
 def run_until_caught_up(settings: IncrementalSettings, report=print, **kwargs) -> list[RunSummary]:
@@ -302,7 +313,8 @@ def load_export(
     outcome.keyhole = run_incremental(settings, lower=lower, upper=upper, instance=instance)
     report(f"  run: {outcome.keyhole.describe()}")
     for run in outcome.keyhole.daily_runs:
-        report(f"  daily_aggregates {run.days[0]} .. {run.days[-1]}: {'ok' if run.success else 'FAILED'}")
+        what = f"daily_aggregates {run.days[0]} .. {run.days[-1]}" if run.days else "what follows daily_aggregates"
+        report(f"  {what}: {'ok' if run.success else 'FAILED'}")
     return outcome
 
 

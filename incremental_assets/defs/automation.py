@@ -28,14 +28,13 @@ from dagster._core.execution.backfill import BulkActionStatus
 
 from incremental_assets.lib.catalog import (
     APPLY_PLAN_JOB,
-    ATTRIBUTES,
-    ATTRIBUTES_HISTORY,
     BASE_GROUP,
     DAILY_AGGREGATES,
     DAILY_JOB,
     DAILY_MANIFEST,
     EVENTS_THIS_RUN,
     FRESHNESS_CHECKS,
+    FROM_DAILY,
     INCREMENTAL_JOB,
     INCREMENTAL_MANIFEST,
     INCREMENTAL_TAG,
@@ -50,15 +49,13 @@ from incremental_assets.lib.incremental.limits import RunState
 from incremental_assets.lib.incremental.run_plan import last_assessed, waiting_behind_cursor
 from incremental_assets.lib.source.arrivals import Stranded
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.state.hooks import runs_in_flight
+from incremental_assets.lib.state.hooks import behind_daily_aggregates, runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
 # The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
 NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
-# What follows daily_aggregates, unpartitioned, recomputed after every change to it.
-FROM_DAILY = (ATTRIBUTES, ATTRIBUTES_HISTORY)
 KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
 DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
 REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
@@ -222,13 +219,10 @@ def additive_changes_sensor(context: SensorEvaluationContext, settings: Incremen
     "surface made it (a partition backfill from the UI, dagster asset materialize); daily_job writes all three in one run.",
 )
 def attributes_after_daily_aggregates(context: SensorEvaluationContext):
-    """By the order of the tables' latest materializations in the event log, not by what changed
-    between two ticks: a daily run that wrote all three, then a backfill's run that wrote
-    daily_aggregates alone, can land between the same two ticks, and both are behind all the same."""
+    """The tables behind daily_aggregates in the event log (hooks.behind_daily_aggregates), once
+    nothing that writes them is in flight."""
     instance = context.instance
-    daily = instance.fetch_materializations(AssetKey(DAILY_AGGREGATES), limit=1).records
-    latest = {key: instance.fetch_materializations(AssetKey(key), limit=1).records for key in FROM_DAILY}
-    behind = [AssetKey(key) for key, records in latest.items() if daily and not (records and records[0].storage_id > daily[0].storage_id)]
+    behind = behind_daily_aggregates(instance)
     if not behind:
         return SkipReason("No change to daily_aggregates since attributes and attributes_history were written")
     writing = {AssetKey(DAILY_AGGREGATES), *(AssetKey(key) for key in FROM_DAILY)}
@@ -236,7 +230,8 @@ def attributes_after_daily_aggregates(context: SensorEvaluationContext):
         return SkipReason("A run that writes daily_aggregates, attributes or attributes_history is in flight")
     if instance.get_backfills(status=BulkActionStatus.REQUESTED):
         return SkipReason("A backfill is in progress: attributes and attributes_history follow once it is done")
-    return RunRequest(run_key=f"attributes-after-{daily[0].storage_id}", asset_selection=behind)
+    daily = instance.fetch_materializations(AssetKey(DAILY_AGGREGATES), limit=1).records[0]
+    return RunRequest(run_key=f"attributes-after-{daily.storage_id}", asset_selection=behind)
 
 
 def defs(settings: IncrementalSettings) -> Definitions:

@@ -25,6 +25,8 @@ DAILY_MANIFEST = "daily_aggregation_manifest"
 DAILY_AGGREGATES = "daily_aggregates"
 ATTRIBUTES = "attributes"
 ATTRIBUTES_HISTORY = "attributes_history"
+# What follows daily_aggregates, unpartitioned, recomputed after every change to it.
+FROM_DAILY = (ATTRIBUTES, ATTRIBUTES_HISTORY)
 INCREMENTAL_MANIFEST = "incremental_manifest"
 RUN_LOG = "run_log"
 FINGERPRINTS = "table_fingerprints"

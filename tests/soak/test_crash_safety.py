@@ -50,6 +50,14 @@ def after_writing(table):
         return result
     io_manager.write = wrapped
 
+def before_writing(table):
+    write = io_manager.write
+    def wrapped(spark, df, request):
+        if request.uri.rstrip("/").endswith("/" + table):
+            fail()
+        return write(spark, df, request)
+    io_manager.write = wrapped
+
 def around(method, before):
     original = getattr(StateStore, method)
     def wrapped(self, *args, **kwargs):
@@ -67,6 +75,7 @@ def around(method, before):
     "after filtered_events": lambda: after_writing("filtered_events"),
     "before the manifest advance": lambda: around("save_entry", before=True),
     "in the middle of a daily backfill": lambda: after_writing("daily_aggregates"),
+    "before the attributes_history write": lambda: before_writing("attributes_history"),
     "between Processing and its pair": lambda: around("acquire", before=False),
 }[point]()
 cli.leave(cli.main(["run", "--until-caught-up"]))
@@ -78,6 +87,7 @@ POINTS = [
     "after filtered_events",
     "before the manifest advance",
     "in the middle of a daily backfill",
+    "before the attributes_history write",
     "between Processing and its pair",
 ]
 
@@ -90,7 +100,7 @@ def stream(spark, tmp_path_factory):
     return source, reference
 
 
-@pytest.mark.soak  # fourteen failing processes and their repairs
+@pytest.mark.soak  # sixteen failing processes and their repairs
 @pytest.mark.parametrize("kind", ["raise", "kill"])
 @pytest.mark.parametrize("point", POINTS)
 def test_a_run_failing_at_a_write_is_repaired_by_the_next_run(spark, stream, tmp_path, point, kind):

@@ -1,7 +1,8 @@
 """Where the run log is written: the lease when a run starts writing (a run's first writer,
 refresh and maintenance acquire it, with `alive_in` to judge other holders), and each asset's
 outcome when its step ends (the hooks below, attached to the jobs). And the same judgement for the
-Dagster instance: a started run whose process is gone is failed there (`runs_in_flight`)."""
+Dagster instance: a started run whose process is gone is failed there (`runs_in_flight`); and
+which tables that follow daily_aggregates are behind it there (`behind_daily_aggregates`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 from typing import Callable
 
 from dagster import (
+    AssetKey,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
@@ -21,7 +23,7 @@ from dagster import (
     success_hook,
 )
 
-from incremental_assets.lib.catalog import PROCESS_TAG, WORKER_TAG
+from incremental_assets.lib.catalog import DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
 from incremental_assets.lib.state.run_log import PROCESSED, Record
 from incremental_assets.lib.state.store import StateStore
@@ -119,3 +121,15 @@ def as_markdown(rows: list[dict]) -> MetadataValue:
 
 # The run log records each asset's outcome when its step ends (the lease is taken at the first write).
 RUN_LOG_HOOKS = {record_processed, record_failed}
+
+
+def behind_daily_aggregates(instance: DagsterInstance) -> list[AssetKey]:
+    """Those of attributes and attributes_history whose latest materialization in the instance's
+    event log is older than daily_aggregates' (none written yet: behind too). By the order of the
+    events, not by what changed between two looks: a run that wrote all three, then one that wrote
+    daily_aggregates alone, leave both behind whenever they are looked at."""
+    daily = instance.fetch_materializations(AssetKey(DAILY_AGGREGATES), limit=1).records
+    if not daily:
+        return []
+    latest = {key: instance.fetch_materializations(AssetKey(key), limit=1).records for key in FROM_DAILY}
+    return [AssetKey(key) for key, records in latest.items() if not (records and records[0].storage_id > daily[0].storage_id)]

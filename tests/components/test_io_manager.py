@@ -26,7 +26,7 @@ from incremental_assets.lib.delta.io_manager import DeltaIOManager
 from incremental_assets.lib.delta.log import UnreadableTableError, table_exists, table_version
 from incremental_assets.lib.delta.read import inserted_rows, read_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Rows, WriteMode, delta_table
-from incremental_assets.lib.delta.write import Txn, WriteRequest, create_with_change_feed, last_commit, write
+from incremental_assets.lib.delta.write import NO_COMMIT, Txn, WriteRequest, create_with_change_feed, last_commit, write
 
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 
@@ -87,6 +87,21 @@ def test_append_adds_each_time(spark, spark_resource, warehouse):
     meta = _metadata(_run(spark_resource, warehouse, [log]), "log")
     assert _rows(spark, f"{warehouse}/log", "id") == [(1,), (1,)]
     assert meta["rows_inserted"] == 1 and meta["dagster/row_count"] == 2
+
+
+def test_an_append_of_no_row_says_it_committed_nothing(spark, spark_resource, warehouse):
+    """Delta commits no append of an empty frame: the write's metadata must not be the last commit's."""
+    frames = [spark.createDataFrame([(1,), (2,)], "id int"), spark.createDataFrame([], "id int")]
+
+    @asset(metadata=delta_table("append"))
+    def log():
+        return frames.pop(0)
+
+    first = _metadata(_run(spark_resource, warehouse, [log]), "log")
+    second = _metadata(_run(spark_resource, warehouse, [log]), "log")
+    assert first["rows_inserted"] == 2 and second["rows_inserted"] == 0
+    assert second["delta_version"] == first["delta_version"] and second["write_mode_operation"] == NO_COMMIT
+    assert _rows(spark, f"{warehouse}/log", "id") == [(1,), (2,)]
 
 
 def test_merge_insert_never_overwrites_or_duplicates(spark, spark_resource, warehouse):

@@ -287,6 +287,26 @@ def test_stream_in_batches_equals_one_generation(spark, warehouse):
     assert read_stream_state(uri) == (params, params.start + timedelta(hours=72))
 
 
+def test_a_quiet_hour_moves_the_stream_on(spark, warehouse):
+    """Spark commits no append of no row: the hour's marker is committed alone, and the next
+    append continues after it instead of writing the same quiet hour again."""
+    from incremental_assets.lib.delta.log import table_version
+    from incremental_assets.lib.environment import table_uri
+    from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state
+
+    uri = table_uri("atomic_events")
+    params = SampleParams(users=3, days=2, events_per_day=40, start_date=START)
+    quiet = next(hour for hour in range(1, 48) if not window(params, hour, hour + 1))  # a night hour
+    generate_stream(spark, uri, params, hours=quiet)
+    version = table_version(uri)
+
+    assert append_hours(spark, uri, 1) == 0
+    assert table_version(uri) == version + 1 and read_stream_state(uri) == (params, params.start + timedelta(hours=quiet + 1))
+    busy = next(hour for hour in range(quiet + 1, 48) if window(params, hour, hour + 1))
+    assert append_hours(spark, uri, busy - quiet) == len(window(params, quiet + 1, busy + 1)) > 0
+    assert spark.read.format("delta").load(uri).count() == len(window(params, 0, busy + 1))
+
+
 def test_next_batch_writes_nothing_and_continues_from_the_recorded_marker(spark, warehouse):
     from incremental_assets.lib.environment import table_uri
     from incremental_assets.lib.sample.stream import generate_stream, next_batch

@@ -40,6 +40,10 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 SMALL_MERGE_ROWS = 20_000
 
 
+# The operation of a write that committed nothing: the table is at the version it was.
+NO_COMMIT = "none: no row to write"
+
+
 @dataclass(frozen=True)
 class Txn:
     """A Delta transaction identifier. Delta skips a write whose identifier the table already
@@ -106,12 +110,16 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     merge_floor, txn, rows_at_most = request.merge_floor, request.txn, request.rows_at_most
     one_row_per_key, properties, user_metadata = request.one_row_per_key, request.properties, request.user_metadata
 
-    def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
-        return _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
-
     changes = [DELETED] if mode is WriteMode.APPLY_CHANGES else []
     _require_columns(df, [*keys, *partition_by, *([window.column] if window else []), *changes], uri)
     stored = stored_table(uri)  # its log read once: every choice below is made on this version
+
+    def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
+        result = _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
+        if stored is not None and result.version == stored.version():  # Delta commits no append of no row
+            return WriteResult(result.version, NO_COMMIT)
+        return result
+
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
     # A table that holds no row (emptied by a refresh or a plan) takes the schema of what is written
@@ -201,6 +209,15 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
         return _already_committed(stored)
     # "merge": a record gains the columns a newer release adds to it
     deltalake.write_deltalake(uri, rows, mode="append", schema_mode="merge", commit_properties=_commit_properties(txn))
+    return last_commit(uri)
+
+
+def mark(uri: str, user_metadata: str) -> WriteResult:
+    """A commit that adds no row and carries `user_metadata` (deltalake, no JVM), where Spark
+    commits nothing: a sample stream's quiet hour still moves its marker on."""
+    schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
+    metadata = deltalake.CommitProperties(custom_metadata={"userMetadata": user_metadata})
+    deltalake.write_deltalake(uri, schema.empty_table(), mode="append", commit_properties=metadata)
     return last_commit(uri)
 
 

@@ -26,15 +26,17 @@ from incremental_assets.lib.worker import WarmRunLauncher, serving
 from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
-# A stream whose loads end a day before now: the hours appended next lie inside the next run's
-# window (older ones would lie behind the cursor, which keyhole runs handle), and a day holds hours
-# with events whatever the time of day the test runs at (humans are active 06:00-23:00 UTC).
+# A stream whose loads end a day before now, so that a day holds hours with events whatever the time
+# of day the test runs at (humans are active 06:00-23:00 UTC); a run moves the cursor up to now, and
+# a lookback of two days keeps the hours appended next inside the next run's window (older ones would
+# lie behind the cursor, which keyhole runs handle).
 START = (utcnow() - timedelta(days=3)).date()
 PARAMS = SampleParams(users=6, days=4, events_per_day=90, start_date=START, seed=11)
 HOURS_LOADED = int((utcnow() - datetime.combine(START, dtime.min)).total_seconds() // 3600) - 24
 # Under which a warehouse run over any batching of a stream equals one run over all of it
 # (tests/pipeline/test_batching_invariance.py): the test compares the runs' tables with that run.
-SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "reprocess_days": 365, "min_rows_to_process": 1}
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "reprocess_days": 365, "min_rows_to_process": 1,
+            "lookback_window_hours": 48}
 INCREMENTAL_TABLES = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions")
 
 
@@ -63,6 +65,12 @@ def ended(instance: DagsterInstance, run_id: str, seconds: float = 300):
         assert time.monotonic() < deadline, f"run {run_id} still {run.status.value} after {seconds} s"
         time.sleep(0.5)
     return run
+
+
+def story(instance: DagsterInstance, run_id: str, worker_log: Path) -> str:
+    """What a failed assertion shows: the run's engine messages and the worker's last lines."""
+    messages = [f"{e.dagster_event.event_type_value if e.dagster_event else ''} {e.message}" for e in instance.all_logs(run_id)]
+    return "\n".join(["the run's events:", *messages, "the worker's log:", worker_log.read_text()[-4000:]])
 
 
 def caught_up(instance: DagsterInstance, run_id: str) -> bool:
@@ -124,7 +132,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             time.sleep(5)  # the worker sees the run canceling within 2 s, and interrupts it mid-call
             for pid in jvm:
                 os.kill(pid, signal.SIGCONT)
-            assert ended(instance, canceled).status == DagsterRunStatus.CANCELED
+            assert ended(instance, canceled).status == DagsterRunStatus.CANCELED, story(instance, canceled, tmp_path / "worker.log")
             wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), 180)
             assert serving(home)["pid"] == worker.pid
             for _ in range(5):  # the run after a failed one brings the assets in sync window by window

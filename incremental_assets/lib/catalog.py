@@ -84,6 +84,7 @@ class Table:
     refreshed: bool = True  # built from the source: a full refresh empties it
     rules: tuple[str, ...] | None = None  # the settings its content depends on (its fingerprint)
     attributes: bool = False  # ... and the attribute definitions
+    rebuilt_whole: bool = False  # ... whose every change rebuilds it whole (its columns are the attributes)
 
 
 TABLES = (
@@ -98,7 +99,8 @@ TABLES = (
     Table(DAILY_MANIFEST, DAILY_GROUP, STATE_STORE, ("event_date",), rules=EVENT_RULES),
     Table(DAILY_AGGREGATES, DAILY_GROUP, IO_MANAGER, ("attribute_key", "event_date"), rules=DAILY_RULES, attributes=True),
     Table(ATTRIBUTES, DAILY_GROUP, IO_MANAGER, ("attribute_key",), rules=DAILY_RULES, attributes=True),
-    Table(ATTRIBUTES_HISTORY, DAILY_GROUP, IO_MANAGER, ("attribute_key", "valid_from"), rules=DAILY_RULES, attributes=True),
+    Table(ATTRIBUTES_HISTORY, DAILY_GROUP, IO_MANAGER, ("attribute_key", "valid_from"), rules=DAILY_RULES, attributes=True,
+          rebuilt_whole=True),  # from daily_aggregates alone: no source data read or dropped
     Table(INCREMENTAL_MANIFEST, None, STATE_STORE, ("model",)),
     Table(RUN_LOG, None, STATE_STORE, refreshed=False),  # kept: the history of every run
     Table(FINGERPRINTS, None, STATE_STORE, ("table",)),

@@ -116,9 +116,10 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
 
     def save(mode: str, **options) -> WriteResult:  # of `df` as it is when called
         result = _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
-        if stored is not None and result.version == stored.version():  # Delta commits no append of no row
-            return WriteResult(result.version, NO_COMMIT)
-        return result
+        if stored is None or result.version != stored.version():
+            return result
+        # Delta commits no append of no row; a marker says how far the table's writer got, and lands all the same.
+        return mark(uri, user_metadata) if user_metadata else WriteResult(result.version, NO_COMMIT)
 
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
@@ -216,8 +217,7 @@ def mark(uri: str, user_metadata: str) -> WriteResult:
     """A commit that adds no row and carries `user_metadata` (deltalake, no JVM), where Spark
     commits nothing: a sample stream's quiet hour still moves its marker on."""
     schema = pa.schema(deltalake.DeltaTable(uri).schema().to_arrow())
-    metadata = deltalake.CommitProperties(custom_metadata={"userMetadata": user_metadata})
-    deltalake.write_deltalake(uri, schema.empty_table(), mode="append", commit_properties=metadata)
+    deltalake.write_deltalake(uri, schema.empty_table(), mode="append", commit_properties=_commit_properties(user_metadata=user_metadata))
     return last_commit(uri)
 
 
@@ -240,9 +240,13 @@ def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | 
     return column in files.column_names and all(day is not None and day < value for day in files.column(column).to_pylist())
 
 
-def _commit_properties(txn: Txn | None) -> deltalake.CommitProperties:
-    """A deltalake commit that records `txn`, as Spark's txnAppId/txnVersion do."""
-    return deltalake.CommitProperties(app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None)
+def _commit_properties(txn: Txn | None = None, user_metadata: str | None = None) -> deltalake.CommitProperties:
+    """A deltalake commit that records `txn` and `user_metadata`, as Spark's txnAppId/txnVersion
+    and userMetadata do."""
+    return deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction(txn.app_id, txn.version)] if txn else None,
+        custom_metadata={"userMetadata": user_metadata} if user_metadata else None,
+    )
 
 
 def _already_committed(table: deltalake.DeltaTable) -> WriteResult:
@@ -377,7 +381,7 @@ def _apply_changes_small(
         return WriteResult(stored.version(), "MERGE (no change)")
     condition = " AND ".join(f't."{key}" = s."{key}"' for key in keys)
     values = {f'"{column}"': f's."{column}"' for column in rows.column_names if column != DELETED}
-    commit = deltalake.CommitProperties(custom_metadata={"userMetadata": user_metadata} if user_metadata else None)
+    commit = _commit_properties(user_metadata=user_metadata)
     merge = stored.merge(rows, condition, source_alias="s", target_alias="t", commit_properties=commit)
     merge = merge.when_matched_delete(predicate=f's."{DELETED}"').when_matched_update(updates=values)
     metrics = merge.when_not_matched_insert(updates=values, predicate=f'NOT s."{DELETED}"').execute()

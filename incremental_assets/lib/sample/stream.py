@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.log import latest_marker
-from incremental_assets.lib.delta.write import mark
 from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.source.contract import LOAD_DATE, SAMPLE_SCHEMA
 from incremental_assets.lib.source.loader import write_events
@@ -43,16 +42,7 @@ def generate_stream(spark: SparkSession, table_uri: str, params: SampleParams, h
     for first in range(0, total, step):
         frame, loaded_until = _batch(spark, params, params.start + timedelta(hours=first), min(step, total - first))
         mode = "replace" if first == 0 else "append"
-        written += _write(spark, frame, table_uri, mode, _marker(params, loaded_until))
-    return written
-
-
-def _write(spark: SparkSession, frame: DataFrame, table_uri: str, mode: str, marker: str) -> int:
-    """The batch's rows with its marker; a batch of quiet hours (no row, no Spark commit) commits
-    its marker alone, else the next batch would be the same hours again."""
-    written = write_events(spark, frame, table_uri, mode, user_metadata=marker)
-    if not written and mode == "append":
-        mark(table_uri, marker)
+        written += write_events(spark, frame, table_uri, mode, user_metadata=_marker(params, loaded_until))
     return written
 
 
@@ -63,7 +53,7 @@ def append_hours(spark: SparkSession, table_uri: str, hours: int) -> int:
         raise FileNotFoundError(f"No sample stream at {table_uri}: generate one first (incremental-assets generate)")
     params, _ = state
     frame, loaded_until = next_batch(spark, table_uri, hours)
-    return _write(spark, frame, table_uri, "append", _marker(params, loaded_until))
+    return write_events(spark, frame, table_uri, "append", user_metadata=_marker(params, loaded_until))
 
 
 def next_batch(

@@ -15,14 +15,13 @@ from dagster import Failure
 from incremental_assets.lib.catalog import (
     ATTRIBUTES,
     ATTRIBUTES_HISTORY,
+    BY_NAME,
     DAILY_AGGREGATES,
     DAILY_MANIFEST,
-    DAILY_RULES,
-    EVENT_RULES,
-    FILTERED_EVENTS,
     LIFECYCLE,
     QUARANTINE,
     SOURCE_RULES,
+    TABLES,
     known_incremental,
 )
 from incremental_assets.lib.delta.log import row_count
@@ -31,16 +30,8 @@ from incremental_assets.lib.state.fingerprints import Fingerprint, Plan, fingerp
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.store import LeaseHeld, StateStore, run_of
 
-# What each table's content depends on; an incremental asset not named here (a user's own) on the
-# source rules, and on its declared code version.
-TABLE_RULES = {
-    LIFECYCLE: SOURCE_RULES, QUARANTINE: SOURCE_RULES, FILTERED_EVENTS: EVENT_RULES, DAILY_MANIFEST: EVENT_RULES,
-    DAILY_AGGREGATES: DAILY_RULES, ATTRIBUTES: DAILY_RULES, ATTRIBUTES_HISTORY: DAILY_RULES,
-}
-WITH_ATTRIBUTES = (DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY)
-# Rebuilt whole on any change of the attributes, whatever its kind: its columns are the attributes,
-# and its rebuild reads daily_aggregates only (no source data is read or dropped).
-REBUILT_WHOLE = (ATTRIBUTES_HISTORY,)
+# Tables rebuilt whole on any change of the attributes, whatever its kind (see catalog.Table).
+REBUILT_WHOLE = tuple(table.name for table in TABLES if table.rebuilt_whole)
 
 
 def current_fingerprints(settings: IncrementalSettings, incremental: Mapping[str, str | None]) -> dict[str, Fingerprint]:
@@ -49,11 +40,16 @@ def current_fingerprints(settings: IncrementalSettings, incremental: Mapping[str
     values = settings.model_dump()
     attributes = {a.name: a.as_definition() for a in settings.attributes}
     tables = [LIFECYCLE, QUARANTINE, *sorted(incremental), DAILY_MANIFEST, DAILY_AGGREGATES, ATTRIBUTES, ATTRIBUTES_HISTORY]
-    return {
-        table: fingerprint_of(values, TABLE_RULES.get(table, SOURCE_RULES),
-                              attributes if table in WITH_ATTRIBUTES else None, incremental.get(table))
-        for table in tables
-    }
+    return {table: fingerprint_of(values, *_depends_on(table, attributes), incremental.get(table)) for table in tables}
+
+
+def _depends_on(table: str, attributes: dict) -> tuple[tuple[str, ...], dict | None]:
+    """The settings and attribute definitions a table's content depends on, as the catalog says;
+    an incremental asset it does not name (a user's own): the source rules, no attributes."""
+    entry = BY_NAME.get(table)
+    if entry is None or entry.rules is None:
+        return SOURCE_RULES, None
+    return entry.rules, attributes if entry.attributes else None
 
 
 def pending_plan(

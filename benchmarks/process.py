@@ -10,7 +10,12 @@ Then the same one-hour run as Dagster launches it (`dagster job launch`, what a 
 UI does): in a process of its own, and in the warm worker (`incremental-assets serve`), timed from
 the run's creation to its end in the instance's run records.
 
+With --before DIR (a checkout of an earlier commit), each repetition also runs the same one-hour
+run with that checkout's code, right after this one's, on the same warehouse: before and after,
+side by side.
+
     .venv/bin/python benchmarks/process.py [--events-per-day N] [--histories 7 60] [--reps 3]
+        [--before DIR] [--no-launched]
 
 Writes benchmarks/results/process.json.
 """
@@ -71,9 +76,12 @@ def history(root: Path, days: int, events_per_day: int, warehouse: str | None = 
     return env
 
 
-def one_hour_run(env: dict[str, str], timings: Path) -> dict:
-    """One more hour of loads, then `incremental-assets run` timed as a whole process."""
+def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None) -> dict:
+    """One more hour of loads, then `incremental-assets run` timed as a whole process (with the
+    package from `code`, a checkout, when given)."""
     subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
+    if code is not None:
+        env = {**env, "PYTHONPATH": str(code)}
     started = time.perf_counter()
     done = subprocess.run([CLI, "run"], env={**env, "INCREMENTAL_ASSETS_TIMINGS": str(timings)},
                           capture_output=True, text=True)
@@ -139,15 +147,20 @@ def main() -> None:
     parser.add_argument("--events-per-day", type=int, default=20_000)
     parser.add_argument("--histories", type=int, nargs="+", default=[7, 60])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--before", type=Path, help="a checkout of an earlier commit, measured side by side")
+    parser.add_argument("--no-launched", action="store_true", help="skip the runs launched through the instance")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-process-") as tmp:
         root = Path(tmp)
         envs = {days: history(root, days, args.events_per_day) for days in args.histories}
         runs: dict[int, list[dict]] = {days: [] for days in args.histories}
+        before: dict[int, list[dict]] = {days: [] for days in args.histories}
         for rep in range(args.reps):
             for days, env in envs.items():
                 runs[days].append(one_hour_run(env, root / f"timings-{days}-{rep}.json"))
-        launched = {
+                if args.before:
+                    before[days].append(one_hour_run(env, root / f"timings-{days}-{rep}-before.json", args.before))
+        launched = {} if args.no_launched else {
             f"{days}_days_{how}": summary(launched_runs(env, root / f"history-{days}", args.reps, warm=how == "warm"))
             for how in ("own_process", "warm") for days, env in envs.items()
         }
@@ -157,15 +170,18 @@ def main() -> None:
         "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in runs.items()},
         "one_hour_run_launched": launched,
     }
+    if args.before:
+        results["before"] = {"code": str(args.before), "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in before.items()}}
     medians = results["one_hour_run_whole_process"]
     results[f"ratio_{last}_to_{first}_days"] = round(
         medians[f"{last}_days"]["median_seconds"] / medians[f"{first}_days"]["median_seconds"], 2)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "process.json").write_text(json.dumps(results, indent=1) + "\n")
-    for days, figures in results["one_hour_run_whole_process"].items():
-        print(f"{days}: {figures['median_seconds']} s (runs {figures['seconds']})")
-        for phase, seconds in figures["median_run"]["phases"]:
-            print(f"  {phase:<40}{seconds:>8.2f}")
+    for label, measured in (("", results), ("before, ", results.get("before"))):
+        for days, figures in (measured or {}).get("one_hour_run_whole_process", {}).items():
+            print(f"{label}{days}: {figures['median_seconds']} s (runs {figures['seconds']})")
+            for phase, seconds in figures["median_run"]["phases"]:
+                print(f"  {phase:<40}{seconds:>8.2f}")
     for name, figures in launched.items():
         print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']})")
 

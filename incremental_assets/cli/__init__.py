@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="incremental-assets", description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    setup = commands.add_parser("setup", help="resolve the Delta jars once and prepare DAGSTER_HOME")
+    setup = commands.add_parser("setup", help="resolve the Delta jars once, record the driver's class archive, prepare DAGSTER_HOME")
     setup.set_defaults(command=_setup)
 
     generate = commands.add_parser("generate", help="write (or continue) the sample event stream")
@@ -270,13 +270,17 @@ def _preview(args) -> None:
 
 
 def _setup(args) -> None:
-    from incremental_assets.lib.spark import driver_jars
+    from incremental_assets.lib.spark import driver_jars, record_class_archive
 
     started = time.perf_counter()
     jars = driver_jars()
     home = environment.dagster_home()
     store = " (with S3A's, for the object store)" if environment.on_object_store() else ""
     print(f"Delta jars{store} ready ({len(jars)} files, {time.perf_counter() - started:.1f}s); DAGSTER_HOME={home}")
+    started = time.perf_counter()
+    archive = record_class_archive()
+    if archive is not None:
+        print(f"Driver class archive ready ({archive.stat().st_size // 2**20} MB, {time.perf_counter() - started:.1f}s): {archive}")
     print(f"Dagster instance: {environment.instance_config(home)}")
 
 

@@ -1,20 +1,40 @@
 """Delta jar resolution: independent of the user's Maven and Ivy caches, says why it failed, and
-adds to Spark's class path only what Spark lacks. And the local driver's heap, sized to the machine.
+adds to Spark's class path only what Spark lacks. The local driver's heap, sized to the machine, and
+its class archive, which set-up records.
 
 The resolution tests download from Maven Central into a temporary cache and start a JVM.
 """
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from incremental_assets.lib.spark import (
+    CLASS_ARCHIVE_ENV,
     DELTA_JARS,
     DELTA_VERSION,
     JarSet,
+    class_archive,
+    driver_conf,
+    driver_jars,
     driver_memory,
     not_shipped_with_spark,
+    record_class_archive,
 )
+
+# A fresh driver with the project's launch settings that logs where each class it loads came from,
+# and writes and reads a Delta table.
+LOGGED_DRIVER = """
+import sys
+from incremental_assets.lib.spark import build_spark_session, driver_conf
+java = driver_conf()["spark.driver.extraJavaOptions"] + f" -Xlog:class+load=info:file={sys.argv[1]}"
+spark = build_spark_session(master="local[1]", extra_conf={"spark.driver.extraJavaOptions": java, "spark.ui.enabled": "false"})
+spark.range(3).write.format("delta").save(sys.argv[2])
+assert spark.read.format("delta").load(sys.argv[2]).count() == 3
+spark.stop()
+"""
 
 # What `mvn dependency:get -Dartifact=...:pom` or an interrupted Maven build leaves behind.
 POM_WITHOUT_JAR = f"""<?xml version="1.0" encoding="UTF-8"?>
@@ -81,3 +101,29 @@ def test_a_failed_resolution_names_its_cause(jar_cache):
 )
 def test_the_local_driver_takes_a_third_of_the_machine_between_2_and_8_gib(physical_gib, heap):
     assert driver_memory(physical_gib * 2**30) == heap
+
+
+def test_the_driver_loads_spark_and_delta_classes_from_the_archive_set_up_recorded(tmp_path):
+    archive = record_class_archive()  # `make test` set up first: found, not recorded again
+    assert archive == class_archive(driver_jars()) and archive.exists()
+    assert f"-XX:SharedArchiveFile={archive}" in driver_conf()["spark.driver.extraJavaOptions"]
+    log = tmp_path / "classes.log"
+
+    subprocess.run([sys.executable, "-c", LOGGED_DRIVER, str(log), str(tmp_path / "table")], check=True)
+
+    source = {line.split()[1]: line.split(" source: ", 1)[1] for line in log.read_text().splitlines() if " source: " in line}
+    # the JDK's from its own archive; Spark's and Delta's (a jar of spark.jars) from the recorded one
+    assert source["java.lang.Object"] == "shared objects file"
+    for name in ("org.apache.spark.SparkContext", "org.apache.spark.sql.delta.DeltaLog",
+                 "org.apache.spark.sql.delta.commands.WriteIntoDelta"):
+        assert source[name] == "shared objects file (top)", name
+
+
+def test_a_driver_without_the_archive_starts_without_the_option(monkeypatch):
+    monkeypatch.setenv(CLASS_ARCHIVE_ENV, "0")
+    assert "SharedArchiveFile" not in driver_conf()["spark.driver.extraJavaOptions"]
+
+
+def test_other_jars_look_for_another_archive():
+    jars = driver_jars()
+    assert class_archive(jars[:-1]) != class_archive(jars) == class_archive(list(jars))

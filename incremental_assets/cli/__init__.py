@@ -270,7 +270,8 @@ def _preview(args) -> None:
 
 
 def _setup(args) -> None:
-    from incremental_assets.lib.spark import driver_jars, record_class_archive
+    from incremental_assets.cli.runner import record_class_archive
+    from incremental_assets.lib.spark import driver_jars
 
     started = time.perf_counter()
     jars = driver_jars()

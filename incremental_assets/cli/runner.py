@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import fcntl
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
@@ -370,3 +375,70 @@ def apply_changes(
                             message=f"rebuilt after the plan: {applied.before[table]} rows before, {applied.after[table]} after")
             report(f"  {table:<28} {applied.before[table]:>8} rows before {applied.after[table]:>8} after")
     return applied
+
+
+def rehearse(session) -> list[RunSummary]:
+    """The pipeline over a small sample stream in a scratch warehouse, source, Dagster home and
+    in-memory instance (the process's environment restored after): what loads and compiles Spark's
+    and Delta's code before a real run (the warm worker), or records it (the class archive)."""
+    from incremental_assets.lib.sample.generator import SampleParams
+    from incremental_assets.lib.sample.stream import generate_stream
+
+    params = SampleParams(users=4, days=2, events_per_day=60)
+    saved = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="incremental-assets-rehearsal-") as scratch:
+        os.environ.update({
+            "INCREMENTAL_ASSETS_WAREHOUSE": f"{scratch}/warehouse", "INCREMENTAL_ASSETS_SOURCE": f"{scratch}/source",
+            "INCREMENTAL_ASSETS_CONFIG": os.devnull, "DAGSTER_HOME": f"{scratch}/home",
+        })
+        try:
+            generate_stream(session, f"{scratch}/source", params)
+            settings = IncrementalSettings(start_date=params.start_date.isoformat())
+            with DagsterInstance.ephemeral() as instance:
+                return run_until_caught_up(settings, report=lambda line: None, instance=instance)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+# Run in a fresh interpreter: a rehearsal by a driver launched with the given settings (the
+# project's, and the option that records the classes it loaded when its JVM exits).
+RECORD_SCRIPT = """
+import json, sys
+from incremental_assets.cli.runner import rehearse
+from incremental_assets.lib.spark import build_spark_session
+
+session = build_spark_session(extra_conf=json.loads(sys.argv[1]))
+assert all(run.success for run in rehearse(session))
+jvm = session.sparkContext._gateway.proc
+session.stop()
+jvm.stdin.close()  # the gateway exits on end of input, and writes the archive as it does
+jvm.wait()
+"""
+
+
+def record_class_archive() -> Path | None:
+    """The driver's class archive for this JVM and these jars (lib/spark.py), recorded first when
+    it is missing (idempotent; two set-ups at once record it once). None under Spark Connect, whose
+    server is started elsewhere."""
+    from incremental_assets.lib.spark import _failure_cause, class_archive, driver_conf, driver_jars
+
+    if os.environ.get("SPARK_REMOTE"):
+        return None
+    archive = class_archive(driver_jars())
+    if archive.exists():
+        return archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with open(archive.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not archive.exists():
+            partial = archive.with_suffix(".recording")
+            partial.unlink(missing_ok=True)
+            # The same jars as the drivers that will use it (S3A's too, for an object store), though
+            # the rehearsal's scratch warehouse is local.
+            conf = driver_conf(record_classes_to=partial)
+            result = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, json.dumps(conf)], capture_output=True, text=True)
+            if result.returncode != 0 or not partial.exists():
+                raise RuntimeError(f"Could not record the driver's class archive {archive}:\n{_failure_cause(result.stdout + result.stderr)}")
+            partial.rename(archive)
+    return archive

@@ -10,7 +10,6 @@ import queue
 import signal
 import socketserver
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -73,30 +72,15 @@ class Worker:
         # The definitions the runs execute are built when this module is first imported, from the
         # environment: the operator's, never the rehearsal's scratch one.
         import incremental_assets.definitions  # noqa: F401
-        from incremental_assets.cli.runner import run_until_caught_up
-        from incremental_assets.lib.sample.generator import SampleParams
-        from incremental_assets.lib.sample.stream import generate_stream
-        from incremental_assets.lib.settings import IncrementalSettings
+        from incremental_assets.cli.runner import rehearse
         from incremental_assets.lib.spark import build_spark_session
 
-        started, params = time.monotonic(), SampleParams(users=4, days=2, events_per_day=60)
-        saved = dict(os.environ)
-        with tempfile.TemporaryDirectory(prefix="incremental-assets-rehearsal-") as scratch:
-            os.environ.update({
-                "INCREMENTAL_ASSETS_WAREHOUSE": f"{scratch}/warehouse", "INCREMENTAL_ASSETS_SOURCE": f"{scratch}/source",
-                "INCREMENTAL_ASSETS_CONFIG": os.devnull, "DAGSTER_HOME": f"{scratch}/home",
-            })
-            try:
-                generate_stream(build_spark_session(), f"{scratch}/source", params)
-                settings = IncrementalSettings(start_date=params.start_date.isoformat())
-                with DagsterInstance.ephemeral() as instance:
-                    run_until_caught_up(settings, report=lambda line: None, instance=instance)
-                self.report(f"Rehearsed the pipeline on a sample in {time.monotonic() - started:.0f} s")
-            except Exception as error:  # noqa: BLE001 - a rehearsal only warms; the runs decide
-                self.report(f"The rehearsal failed ({error}): the first run warms up Spark instead")
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
+        started = time.monotonic()
+        try:
+            rehearse(build_spark_session())
+            self.report(f"Rehearsed the pipeline on a sample in {time.monotonic() - started:.0f} s")
+        except Exception as error:  # noqa: BLE001 - a rehearsal only warms; the runs decide
+            self.report(f"The rehearsal failed ({error}): the first run warms up Spark instead")
 
     def listen(self) -> None:
         """Take requests (in a thread), and say where in DAGSTER_HOME, for the launcher."""

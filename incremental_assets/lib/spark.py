@@ -104,8 +104,8 @@ DELTA_CONF = {
 JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
 # The driver JVM's class-data-sharing archive: the classes a run loads (the JDK's, Spark's, Delta's),
 # mapped from one file when the JVM starts instead of read from the jars, parsed and verified again
-# by every process. `incremental-assets setup` records it once, from a small run of the sample
-# (record_class_archive); every later local driver starts with it. Its name carries the JVM and the
+# by every process. `incremental-assets setup` records it once, from a rehearsal of the pipeline
+# (cli/runner.py, record_class_archive); every later local driver starts with it. Its name carries the JVM and the
 # jars it was recorded with, so other jars or another JDK look for another file; a JVM that cannot
 # use the one it is given starts without it. Set to 0 to start without it (to measure the difference).
 CLASS_ARCHIVE_ENV = "INCREMENTAL_ASSETS_CLASS_ARCHIVE"
@@ -367,64 +367,6 @@ def class_archive(jars: list[str]) -> Path:
     java = Path(java or "java").resolve()
     origin = [str(java), str(java.stat().st_mtime_ns) if java.exists() else "", pyspark.__version__, JAVA_OPTIONS, *jars]
     return jar_cache_dir() / "class-archive" / f"{hashlib.sha256(chr(10).join(origin).encode()).hexdigest()[:16]}.jsa"
-
-
-# Run in a fresh interpreter, in a scratch warehouse and Dagster home: two days of the sample, run
-# through the pipeline by a driver launched with the given settings (the project's, and the option
-# that records the classes it loaded when its JVM exits).
-RECORD_SCRIPT = """
-import json, os, shutil, sys, tempfile
-from datetime import date, timedelta
-from pathlib import Path
-
-scratch = Path(tempfile.mkdtemp(prefix="incremental-assets-class-archive-"))
-start = date.today() - timedelta(days=3)
-(scratch / "settings.yaml").write_text(f"start_date: '{start}'\\n")
-os.environ.update(INCREMENTAL_ASSETS_WAREHOUSE=str(scratch / "warehouse"), DAGSTER_HOME=str(scratch / "home"),
-                  INCREMENTAL_ASSETS_CONFIG=str(scratch / "settings.yaml"), INCREMENTAL_ASSETS_JVM_LOG=str(scratch / "spark.log"))
-os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
-from incremental_assets.cli.runner import run_until_caught_up
-from incremental_assets.lib import environment
-from incremental_assets.lib.sample.generator import SampleParams
-from incremental_assets.lib.sample.stream import generate_stream
-from incremental_assets.lib.settings import load_settings
-from incremental_assets.lib.spark import build_spark_session
-
-session = build_spark_session(extra_conf=json.loads(sys.argv[1]))
-params = SampleParams(users=40, days=3, events_per_day=300, start_date=start, seed=11)
-generate_stream(session, environment.table_uri(environment.ATOMIC_EVENTS), params, hours=48)
-assert all(run.success for run in run_until_caught_up(load_settings(), report=lambda line: None))
-jvm = session.sparkContext._gateway.proc
-session.stop()
-jvm.stdin.close()  # the gateway exits on end of input, and writes the archive as it does
-jvm.wait()
-shutil.rmtree(scratch, ignore_errors=True)
-"""
-
-
-def record_class_archive() -> Path | None:
-    """The driver's class archive for this JVM and these jars, recorded first when it is missing
-    (idempotent; two set-ups at once record it once). None under Spark Connect, whose server is
-    started elsewhere."""
-    if os.environ.get("SPARK_REMOTE"):
-        return None
-    archive = class_archive(driver_jars())
-    if archive.exists():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with open(archive.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not archive.exists():
-            partial = archive.with_suffix(".recording")
-            partial.unlink(missing_ok=True)
-            # The same jars as the drivers that will use it (S3A's too, for an object store), though
-            # its own scratch warehouse is local.
-            conf = driver_conf(record_classes_to=partial)
-            result = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, json.dumps(conf)], capture_output=True, text=True)
-            if result.returncode != 0 or not partial.exists():
-                raise RuntimeError(f"Could not record the driver's class archive {archive}:\n{_failure_cause(result.stdout + result.stderr)}")
-            partial.rename(archive)
-    return archive
 
 
 def object_store_conf() -> dict[str, str]:

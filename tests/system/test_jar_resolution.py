@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from incremental_assets.cli.runner import record_class_archive
 from incremental_assets.lib.spark import (
     CLASS_ARCHIVE_ENV,
     DELTA_JARS,
@@ -21,7 +22,6 @@ from incremental_assets.lib.spark import (
     driver_jars,
     driver_memory,
     not_shipped_with_spark,
-    record_class_archive,
 )
 
 # A fresh driver with the project's launch settings that logs where each class it loads came from,

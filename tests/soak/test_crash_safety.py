@@ -22,10 +22,10 @@ from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
+from tests.warehouse_tables import REFERENCE_DAY, comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=7, bot_share=0.2)
-SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "attributes_reference_date": REFERENCE_DAY}
 
 # In the failing process: `fail()` raises or kills; each point wraps what it follows (or precedes).
 CHILD = """

@@ -21,10 +21,10 @@ from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.utc import utcnow
 from tests.s3_server import BUCKET
 from tests.spark_processes import CHILD_ENV, connect_server, master_state, standalone_cluster, without_the_drivers_disk
-from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
+from tests.warehouse_tables import REFERENCE_DAY, comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=10)).date(), seed=11, bot_share=0.2)
-SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "attributes_reference_date": REFERENCE_DAY}
 FIRST_DAY, LAST_DAY = PARAMS.start_date, PARAMS.start_date + timedelta(days=PARAMS.days - 1)
 COMMANDS = (["run", "--until-caught-up"], ["backfill", "--start", FIRST_DAY.isoformat(), "--end", LAST_DAY.isoformat()])
 # Both commands in one process (one driver's start, not two), which leaves as `incremental-assets` does.

@@ -32,12 +32,12 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.worker import serving
 from tests.postgres_server import postgres_instance_env
-from tests.warehouse_tables import sample_source, scenario_environment
+from tests.warehouse_tables import REFERENCE_DAY, sample_source, scenario_environment
 
 BIN = Path(sys.executable).parent
 PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=(utcnow() - timedelta(days=6)).date(), seed=11)
 # The daemon's sensors look every 5 s (at the default 30 s the test would mostly wait).
-SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_seconds": 5}
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_seconds": 5, "attributes_reference_date": REFERENCE_DAY}
 
 
 def rows_of(spark, table: str) -> list[tuple]:

@@ -28,10 +28,10 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY
 from tests.soak.test_crash_safety import CHILD as KILLED_AT
-from tests.warehouse_tables import comparable_tables, reference_run, scenario_environment
+from tests.warehouse_tables import REFERENCE_DAY, comparable_tables, reference_run, scenario_environment
 
 PARAMS = SampleParams(users=6, days=2, events_per_day=80, start_date=(utcnow() - timedelta(days=6)).date(), seed=13, bot_share=0.2)
-SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1}
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "attributes_reference_date": REFERENCE_DAY}
 DAYS = (PARAMS.start_date, PARAMS.start_date + timedelta(days=1))
 COMMAND = [sys.executable, "-m", "incremental_assets"]
 

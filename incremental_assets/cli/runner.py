@@ -19,6 +19,7 @@ from dagster import AssetKey, AssetMaterialization, DagsterInstance
 from incremental_assets.lib import environment, timings
 from incremental_assets.lib.catalog import (
     ATOMIC_EVENTS,
+    DAILY_AGGREGATES,
     DAILY_JOB,
     EVENTS_THIS_RUN,
     FILTERED_EVENTS,
@@ -29,7 +30,7 @@ from incremental_assets.lib.catalog import (
     incremental_versions,
 )
 from incremental_assets.lib.delta.log import row_count, table_version
-from incremental_assets.lib.incremental.days import day_range, days_window_tags, requested_day_ranges
+from incremental_assets.lib.incremental.days import daily_runs, day_range, days_window_tags
 from incremental_assets.lib.incremental.limits import RunState, next_standard_lower
 from incremental_assets.lib.metadata import materialization_metadata
 from incremental_assets.lib.upkeep.apply import apply_plan
@@ -176,8 +177,8 @@ def run_log_file() -> Path:
 def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_config=None, tags=None,
              assets: list[AssetKey] | None = None) -> RunSummary:
     """Run a job of definitions built from these settings (so the daily partitions start at their
-    start_date), in this process; without a job name, Dagster's own asset job on `assets`, as the
-    UI or a sensor's request runs them."""
+    start_date), in this process, on `assets` if given; without a job name, Dagster's own asset job
+    on `assets`, as the UI or a sensor's request runs them."""
     from incremental_assets.definitions import build_definitions
 
     log_file = run_log_file()
@@ -185,11 +186,10 @@ def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
     definitions = build_definitions(settings)
-    if job_name is None:
-        job = definitions.resolve_implicit_global_asset_job_def().get_subset(asset_selection=set(assets))
-        job_name = job.name
-    else:
-        job = definitions.resolve_job_def(job_name)
+    job = definitions.resolve_job_def(job_name) if job_name else definitions.resolve_implicit_global_asset_job_def()
+    if assets is not None:
+        job = job.get_subset(asset_selection=set(assets))
+    job_name = job_name or job.name
     runs_in_flight(instance)  # fails the runs of killed processes in the instance, as the lease does in the run log
     timings.mark(f"{job_name}: definitions")
     result = job.execute_in_process(run_config=config, instance=instance, raise_on_error=False, tags=tags)
@@ -233,18 +233,22 @@ def run_incremental(
     return summary
 
 
-def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None) -> RunSummary:
-    """daily_aggregates for the days [first, last] in one run (one Spark session), then attributes."""
-    summary = _execute(DAILY_JOB, settings, instance_or_default(instance), tags=days_window_tags(first, last))
+def run_days(settings: IncrementalSettings, first: date, last: date, instance: DagsterInstance | None = None,
+             attributes: bool = True) -> RunSummary:
+    """daily_aggregates for the days [first, last] in one run (one Spark session), then (unless
+    `attributes` is false) attributes and attributes_history."""
+    assets = None if attributes else [AssetKey(DAILY_AGGREGATES)]
+    summary = _execute(DAILY_JOB, settings, instance_or_default(instance), tags=days_window_tags(first, last), assets=assets)
     summary.days = [d.isoformat() for d in day_range(first, last)]
     return summary
 
 
 def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
-    """What the daily sensors do, in-process: one run per range of days marked to_process; then,
-    when they succeeded, a run of attributes and attributes_history if either is behind
+    """What the daily sensors do, in-process: one run per range of days marked to_process (the
+    last also writes attributes and attributes_history); then, when they succeeded, a run of attributes and attributes_history if either is behind
     daily_aggregates (a daily run that failed or was killed after daily_aggregates, a UI backfill)."""
-    runs = [run_days(settings, first, last, instance) for first, last in requested_day_ranges(StateStore().days(), utcnow().date())]
+    runs = [run_days(settings, first, last, instance, attributes)
+            for first, last, attributes in daily_runs(StateStore().days(), utcnow().date())]
     behind = behind_daily_aggregates(instance) if all(run.success for run in runs) else []
     return runs + ([_execute(None, settings, instance, assets=behind)] if behind else [])
 

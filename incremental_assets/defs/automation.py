@@ -44,7 +44,7 @@ from incremental_assets.lib.catalog import (
 )
 from incremental_assets.lib.delta.log import read_rows, stored_table, table_version
 from incremental_assets.lib.environment import source_table_uri
-from incremental_assets.lib.incremental.days import days_window_tags, requested_day_ranges
+from incremental_assets.lib.incremental.days import daily_runs, days_window_tags
 from incremental_assets.lib.incremental.limits import RunState
 from incremental_assets.lib.incremental.run_plan import last_assessed, waiting_behind_cursor
 from incremental_assets.lib.source.arrivals import Stranded
@@ -180,7 +180,8 @@ def catch_up_key(instance: DagsterInstance, state: StateStore, models: list[str]
 @requesting_sensor(
     job_name=DAILY_JOB,
     description="Requests daily_aggregates runs for the days the daily aggregation manifest marks "
-    "to_process: one run per range of consecutive days, each request made once.",
+    "to_process: one run per range of consecutive days, each request made once; the last range's run "
+    "also writes attributes and attributes_history.",
 )
 def daily_partitions_sensor(context: SensorEvaluationContext, settings: IncrementalSettings):
     waiting = plan_waits(context, settings)
@@ -188,12 +189,13 @@ def daily_partitions_sensor(context: SensorEvaluationContext, settings: Incremen
         return waiting
     state = StateStore()
     version = table_version(state.uri(DAILY_MANIFEST))
-    ranges = requested_day_ranges(state.days(), utcnow().date())
-    if not ranges:
+    runs = daily_runs(state.days(), utcnow().date())
+    if not runs:
         return SkipReason("No day is marked to_process")
     return [
-        RunRequest(run_key=f"daily-{first}-{last}-manifest-v{version}", tags=days_window_tags(first, last))
-        for first, last in ranges
+        RunRequest(run_key=f"daily-{first}-{last}-manifest-v{version}", tags=days_window_tags(first, last),
+                   asset_selection=None if attributes else [AssetKey(DAILY_AGGREGATES)])
+        for first, last, attributes in runs
     ]
 
 

@@ -30,7 +30,7 @@ def test_source_sensor_requests_one_run_per_new_source_version(spark, warehouse)
 def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
     from datetime import date
 
-    from dagster import DagsterInstance, build_sensor_context
+    from dagster import AssetKey, DagsterInstance, build_sensor_context
 
     from incremental_assets.defs.automation import daily_partitions_sensor
     from incremental_assets.lib.incremental.days import PROCESSED, TO_PROCESS, DayStatus
@@ -44,6 +44,8 @@ def test_daily_sensor_requests_each_range_of_marked_days_once(spark, warehouse):
     ranges = [(r.tags["dagster/asset_partition_range_start"], r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("2024-03-01", "2024-03-02"), ("2024-03-04", "2024-03-04")]
     assert len({r.run_key for r in requests}) == 2 and all(r.run_key.endswith("manifest-v0") for r in requests)
+    # daily_aggregates alone for the first range; the whole of daily_job (attributes too) for the last
+    assert [r.asset_selection for r in requests] == [[AssetKey("daily_aggregates")], None]
 
 
 def test_source_sensor_waits_while_an_incremental_run_is_in_flight_then_requests_the_newest_load(spark, warehouse):

@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from incremental_assets.cli.runner import run_days, run_incremental
+from incremental_assets.cli.runner import process_marked_days, run_days, run_incremental
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import DAILY_MANIFEST
@@ -81,8 +81,14 @@ def expected_attributes(events):
 
 def test_daily_aggregates_and_attributes_match_a_direct_computation(spark, warehouse):
     chosen = settings(reprocess_days=30, min_rows_to_process=1)
-    _, summaries = load_and_run(spark, chosen)
+    instance, summaries = load_and_run(spark, chosen)
     assert any(s.daily_runs for s in summaries[1:]), "later runs recompute days"
+    # Days marked with a gap (late rows of an older day): one run per range, and attributes and their
+    # history written once, by the last.
+    StateStore().mark_to_process([date(2024, 3, 1), date(2024, 3, 3), date(2024, 3, 4)], run_id="late-rows")
+    runs = process_marked_days(chosen, instance)
+    assert [(r.days, "attributes" in r.metadata, "attributes_history" in r.metadata) for r in runs] == [
+        (["2024-03-01"], False, False), (["2024-03-03", "2024-03-04"], True, True)]
 
     events = table(spark, warehouse, "filtered_events")
     daily = table(spark, warehouse, "daily_aggregates")

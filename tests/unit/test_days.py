@@ -174,3 +174,21 @@ def test_a_keyhole_runs_days_are_recomputed_however_late_and_few_their_rows():
     assert {d: s.status for d, s in select(arrivals, state).items()} == {old: BEYOND_HORIZON, recent: DEFERRED}
     asked = days_to_process(arrivals, state, UPPER, date(2024, 1, 1), 5, 5, "run-1", asked=True)
     assert {d: (s.status, s.pending_late_events) for d, s in asked.items()} == {old: (TO_PROCESS, 1), recent: (TO_PROCESS, 1)}
+
+
+def test_only_the_last_range_of_days_writes_attributes():
+    """Two gaps, three runs: attributes and their history once, in the last range's run (each run
+    would recompute both over all of daily_aggregates); one range writes them in its own run."""
+    from incremental_assets.lib.incremental.days import daily_runs
+
+    today = date(2024, 3, 20)
+    marked = {date(2024, 3, d): DayStatus(date(2024, 3, d), status=TO_PROCESS) for d in (2, 3, 9, 19, 20)}
+    marked[date(2024, 3, 5)] = DayStatus(date(2024, 3, 5), status=PROCESSED)
+    assert daily_runs(marked, today) == [
+        (date(2024, 3, 2), date(2024, 3, 3), False),
+        (date(2024, 3, 9), date(2024, 3, 9), False),
+        (date(2024, 3, 19), date(2024, 3, 20), True),
+    ]
+    assert daily_runs({date(2024, 3, 9): DayStatus(date(2024, 3, 9), status=TO_PROCESS)}, today) == [
+        (date(2024, 3, 9), date(2024, 3, 9), True)]
+    assert daily_runs({}, today) == []

@@ -208,6 +208,15 @@ def requested_day_ranges(days: dict[date, DayStatus], today: date) -> list[tuple
     return contiguous_ranges(day for day, status in days.items() if status.status == TO_PROCESS and day <= today)
 
 
+def daily_runs(days: dict[date, DayStatus], today: date) -> list[tuple[date, date, bool]]:
+    """The requested day ranges, each with whether its run writes attributes and attributes_history
+    too: only the last's does, since each would recompute both over all of daily_aggregates. A run
+    of the last range that ends first leaves them behind the others; the follow sensor (and the
+    command line's next look) brings them up."""
+    ranges = requested_day_ranges(days, today)
+    return [(first, last, i == len(ranges) - 1) for i, (first, last) in enumerate(ranges)]
+
+
 def days_window_tags(first: date, last: date) -> dict[str, str]:
     """Run tags that make one run (one Spark session) materialize the days [first, last]."""
     return {"dagster/asset_partition_range_start": first.isoformat(), "dagster/asset_partition_range_end": last.isoformat()}

@@ -87,12 +87,17 @@ SQL_CONF = {
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "100000",
 }
 
-# A step over few rows: compiling each query's code (whole-stage codegen) and re-planning between
-# its stages (adaptive execution) cost more than they save, so both are off up to this many rows,
-# and one shuffle partition holds them (one file per day written, as adaptive execution's
-# coalescing made it). Big windows keep the session's settings: they pay there (benchmarks/engine.md).
+# A step over few rows: compiling each query's code (whole-stage codegen, and each expression's
+# generated class, which the JIT then compiles again) and re-planning between its stages (adaptive
+# execution) cost more than they save, so all are off up to this many rows: expressions are
+# interpreted (Spark's factoryMode, whose default falls back to that only when compiling fails), and
+# one shuffle partition holds them (one file per day written, as adaptive execution's coalescing
+# made it). Big windows keep the session's settings: they pay there (benchmarks/engine.md).
 SMALL_STEP_ROWS = 200_000
-SIZED_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", SHUFFLE_PARTITIONS: "1"}
+SIZED_CONF = {
+    "spark.sql.codegen.wholeStage": "false", "spark.sql.adaptive.enabled": "false", SHUFFLE_PARTITIONS: "1",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -126,6 +131,9 @@ LOCAL_CONF = {
     # log replay from scheduling 50 tasks per table read.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.ui.showConsoleProgress": "false",
+    # The code Spark generated, kept by its source: its 100 entries are fewer than one run's queries
+    # make, so each run in a long-lived session (the warm worker, a bench, the tests) compiled them all again.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 

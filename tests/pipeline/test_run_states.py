@@ -111,16 +111,17 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
 
 
 def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(runner, spark, monkeypatch):
-    """Up to SMALL_STEP_ROWS source rows in the window: no code generation, no adaptive execution,
-    one shuffle partition. Past it, the session's own settings (which the small ones would slow)."""
+    """Up to SMALL_STEP_ROWS source rows in the window: no code generation (whole-stage or of
+    expressions), no adaptive execution, one shuffle partition. Past it, the session's own settings (which the small ones would slow)."""
     run, _ = runner
     assert run()[0]
     assert {key: spark.conf.get(key) for key in spark_module.SIZED_CONF} == spark_module.SIZED_CONF
     monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the next window's rows are "many"
     ok, meta = run()
     assert ok and meta["sessions_lifecycle_manifest"]["events_in_window"] > 0
-    codegen, adaptive, shuffle_partitions = (spark.conf.get(key) for key in spark_module.SIZED_CONF)
+    codegen, adaptive, shuffle_partitions, expressions = (spark.conf.get(key) for key in spark_module.SIZED_CONF)
     assert (codegen, adaptive) == ("true", "true") and shuffle_partitions != "1"
+    assert expressions == "FALLBACK", "expressions compiled again, as Spark does by default"
 
 
 def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse, sessions_asked):

@@ -245,8 +245,9 @@ def run_days(settings: IncrementalSettings, first: date, last: date, instance: D
 
 def process_marked_days(settings: IncrementalSettings, instance: DagsterInstance) -> list[RunSummary]:
     """What the daily sensors do, in-process: one run per range of days marked to_process (the
-    last also writes attributes and attributes_history); then, when they succeeded, a run of attributes and attributes_history if either is behind
-    daily_aggregates (a daily run that failed or was killed after daily_aggregates, a UI backfill)."""
+    last also writes attributes and attributes_history); then, when they succeeded, a run of those
+    two if either is behind daily_aggregates (a daily run that failed or was killed after
+    daily_aggregates, a UI backfill)."""
     runs = [run_days(settings, first, last, instance, attributes)
             for first, last, attributes in daily_runs(StateStore().days(), utcnow().date())]
     behind = behind_daily_aggregates(instance) if all(run.success for run in runs) else []
@@ -425,24 +426,21 @@ def record_class_archive() -> Path | None:
     """The driver's class archive for this JVM and these jars (lib/spark.py), recorded first when
     it is missing (idempotent; two set-ups at once record it once). None under Spark Connect, whose
     server is started elsewhere."""
-    from incremental_assets.lib.spark import _failure_cause, class_archive, driver_conf, driver_jars
+    from incremental_assets.lib.spark import class_archive, driver_conf, driver_jars, failure_cause, made_once
 
     if os.environ.get("SPARK_REMOTE"):
         return None
     archive = class_archive(driver_jars())
-    if archive.exists():
-        return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with open(archive.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not archive.exists():
-            partial = archive.with_suffix(".recording")
-            partial.unlink(missing_ok=True)
-            # The same jars as the drivers that will use it (S3A's too, for an object store), though
-            # the rehearsal's scratch warehouse is local.
-            conf = driver_conf(record_classes_to=partial)
-            result = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, json.dumps(conf)], capture_output=True, text=True)
-            if result.returncode != 0 or not partial.exists():
-                raise RuntimeError(f"Could not record the driver's class archive {archive}:\n{_failure_cause(result.stdout + result.stderr)}")
-            partial.rename(archive)
-    return archive
+
+    def recorded() -> Path:
+        partial = archive.with_suffix(".recording")
+        partial.unlink(missing_ok=True)
+        # The same jars as the drivers that will use it (S3A's too, for an object store), though the
+        # rehearsal's scratch warehouse is local.
+        conf = driver_conf(record_classes_to=partial)
+        result = subprocess.run([sys.executable, "-c", RECORD_SCRIPT, json.dumps(conf)], capture_output=True, text=True)
+        if result.returncode != 0 or not partial.exists():
+            raise RuntimeError(f"Could not record the driver's class archive {archive}:\n{failure_cause(result.stdout + result.stderr)}")
+        return partial.rename(archive)
+
+    return made_once(archive.parent, lambda: archive if archive.exists() else None, recorded)

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import pyspark
 from dagster_pyspark import LazyPySparkResource
@@ -28,6 +28,8 @@ from pyspark.sql import SparkSession
 
 from incremental_assets.lib import timings
 from incremental_assets.lib.environment import jar_cache_dir, on_object_store, s3_endpoint
+
+T = TypeVar("T")
 
 # delta-spark_2.13 4.0.x is built against Spark 4.0 (pyproject pins the matching pyspark); other
 # pairs are compared in benchmarks/engine.md.
@@ -169,16 +171,26 @@ class JarSet:
 
     def resolve(self) -> list[str]:
         """The jar paths, resolved into the cache first when they are not there (idempotent)."""
-        jars = self.cached()
-        if jars is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(self.folder / ".lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # two first starts at once: one resolves, the other reads its list
-                jars = self.cached()
-                if jars is None:
-                    jars = not_shipped_with_spark(_resolve(self))
-                    (self.folder / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
-        return jars
+        def resolved() -> list[str]:
+            jars = not_shipped_with_spark(_resolve(self))
+            (self.folder / JAR_LIST_FILE).write_text("\n".join(jars) + "\n")
+            return jars
+
+        return made_once(self.folder, self.cached, resolved)
+
+
+def made_once(folder: Path, ready: Callable[[], T | None], make: Callable[[], T]) -> T:
+    """What `ready` finds in the cache `folder`, made first by `make` when it finds nothing: under
+    the folder's lock, so that two first starts (or set-ups) at once make it once and the second
+    reads what the first made."""
+    found = ready()
+    if found is not None:
+        return found
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = ready()
+        return found if found is not None else make()
 
 
 def hadoop_version() -> str:
@@ -246,13 +258,14 @@ def _resolve(jars: JarSet) -> list[str]:
     if result.returncode != 0 or not wanted <= {Path(jar).name for jar in found}:
         raise RuntimeError(
             f"Could not resolve {', '.join(jars.packages)} from Maven Central into {ivy} (Ivy settings: {settings}):\n"
-            + _failure_cause(result.stdout + result.stderr)
+            + failure_cause(result.stdout + result.stderr)
         )
     return found
 
 
-def _failure_cause(output: str) -> str:
-    """The lines of the resolver's output that name the cause, or its tail when none does."""
+def failure_cause(output: str) -> str:
+    """The lines of a child's output (the resolver's, the archive's recording) that name the cause,
+    or its tail when none does."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     cause = [line for line in lines if any(marker in line.lower() for marker in FAILURE_MARKERS)]
     return "\n".join(dict.fromkeys(cause or lines[-20:]))

@@ -35,6 +35,7 @@ import pytest
 from incremental_assets.cli.demo import ensure_start_date
 from incremental_assets.cli.runner import instance_or_default, record_source_load
 from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import BASE_GROUP, DAILY_GROUP, INCREMENTAL_GROUP, SAMPLE_GROUP, SOURCE_GROUP
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 
@@ -54,6 +55,8 @@ VIEWPORT = {"width": 1600, "height": 1000}
 DAYS = 3
 # Started by the daemon, they would launch incremental and daily runs of their own.
 RUN_STARTING_SENSORS = ("source_events_sensor", "daily_partitions_sensor")
+# The lineage graph's groups, each drawn as a node with a fold icon.
+GROUPS = (SOURCE_GROUP, SAMPLE_GROUP, BASE_GROUP, INCREMENTAL_GROUP, DAILY_GROUP)
 
 SERVER_START_S = 120
 UI_MS = 30_000  # a page, a dialog, a toast
@@ -270,15 +273,19 @@ def _asset_graph(page, expect) -> None:
     _nav(page, "Lineage").click()
     expect(page.get_by_text("Global asset lineage", exact=True)).to_be_visible()
     # Groups start collapsed: unfold each (the icon on its node), reloading after each so that the
-    # graph fits the whole lineage again (a node can end up under the side panel otherwise).
+    # graph fits the whole lineage again (a node can end up under the side panel otherwise). Each
+    # count waits for the graph to draw every group's icon: the side panel names the groups before
+    # the graph is drawn, and a count taken then finds no folded group.
+    groups = len(GROUPS)
+    folds = page.get_by_role("img", name=re.compile(r"^unfold_(more|less)$"))
     unfold = page.get_by_role("img", name="unfold_more", exact=True)
-    expect(unfold.first).to_be_visible()
-    for _ in range(10):
+    for _ in range(groups + 1):
+        expect(folds).to_have_count(groups)
         if unfold.count() == 0:
             break
         unfold.first.click()
         page.reload()
-        expect(page.get_by_text("incremental_base", exact=True).first).to_be_visible()
+    expect(unfold).to_have_count(0)
     for asset in ("new_event_limits", "events_this_run", "filtered_events", "daily_aggregates"):
         expect(page.get_by_text(asset, exact=True).first).to_be_visible()
     _shot(page, "01_asset_graph")

@@ -34,8 +34,8 @@ import pytest
 
 from incremental_assets.cli.demo import ensure_start_date
 from incremental_assets.cli.runner import instance_or_default, record_source_load
+from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
-from incremental_assets.lib.catalog import BASE_GROUP, DAILY_GROUP, INCREMENTAL_GROUP, SAMPLE_GROUP, SOURCE_GROUP
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 
@@ -55,8 +55,6 @@ VIEWPORT = {"width": 1600, "height": 1000}
 DAYS = 3
 # Started by the daemon, they would launch incremental and daily runs of their own.
 RUN_STARTING_SENSORS = ("source_events_sensor", "daily_partitions_sensor")
-# The lineage graph's groups, each drawn as a node with a fold icon.
-GROUPS = (SOURCE_GROUP, SAMPLE_GROUP, BASE_GROUP, INCREMENTAL_GROUP, DAILY_GROUP)
 
 SERVER_START_S = 120
 UI_MS = 30_000  # a page, a dialog, a toast
@@ -276,7 +274,7 @@ def _asset_graph(page, expect) -> None:
     # graph fits the whole lineage again (a node can end up under the side panel otherwise). Each
     # count waits for the graph to draw every group's icon: the side panel names the groups before
     # the graph is drawn, and a count taken then finds no folded group.
-    groups = len(GROUPS)
+    groups = len({spec.group_name for spec in build_definitions().resolve_all_asset_specs()})  # a node each
     folds = page.get_by_role("img", name=re.compile(r"^unfold_(more|less)$"))
     unfold = page.get_by_role("img", name="unfold_more", exact=True)
     for _ in range(groups + 1):

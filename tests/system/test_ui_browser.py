@@ -112,6 +112,9 @@ def _stop_group(process: subprocess.Popen, timeout: float = STOP_S) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        killed = time.monotonic() + 10  # a killed JVM of many threads takes a moment to be gone
+        while _group_members(pgid) and time.monotonic() < killed:
+            time.sleep(0.2)
     process.wait(timeout=10)
 
 

@@ -109,6 +109,12 @@ DELTA_CONF = {
 # The throughput collector: a run is a batch of CPU-bound scans and writes, not a service whose
 # pauses matter.
 JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+# A driver started for a small step (up to SMALL_STEP_ROWS) compiles with the quick compiler (C1)
+# only: the optimising one (C2) took about half the CPU of such a run in its own process and paid
+# nothing back before it ended, while both cores were busy with the run. A driver started without
+# a size (the warm worker, a load, a backfill of days) or for a big window keeps both: over millions
+# of rows C2's code pays (benchmarks/engine.md).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # The driver JVM's class-data-sharing archive: the classes a run loads (the JDK's, Spark's, Delta's),
 # mapped from one file when the JVM starts instead of read from the jars, parsed and verified again
 # by every process. `incremental-assets setup` records it once, from a rehearsal of the pipeline
@@ -277,8 +283,10 @@ def build_spark_session(
     shuffle_partitions: int | None = None,
     app_name: str = "incremental_assets",
     extra_conf: dict[str, Any] | None = None,
+    small: bool = False,
 ) -> SparkSession:
-    """Return the process's Delta-enabled session, creating it on first use.
+    """Return the process's Delta-enabled session, creating it on first use (`small`: for a small
+    step, driver_conf).
 
     `remote` (or SPARK_REMOTE) selects Spark Connect; the server then owns the Delta jars.
     """
@@ -291,7 +299,7 @@ def build_spark_session(
         builder = builder.remote(remote)
     else:
         builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
-        for key, value in driver_conf().items():
+        for key, value in driver_conf(small=small).items():
             builder = builder.config(key, value)
     sql_conf = dict(SQL_CONF)
     if shuffle_partitions:
@@ -327,12 +335,17 @@ def size_for(session: SparkSession, rows: int | None) -> None:
     tell; None: not known, or another run's step): the small-step settings up to SMALL_STEP_ROWS,
     the session's own otherwise. They last in the session until the next call."""
     _SIZED.clear()
-    if rows is not None and rows <= SMALL_STEP_ROWS:
+    if is_small(rows):
         _SIZED.update(SIZED_CONF)
     for key in SIZED_CONF:
         if key not in _OWN_CONF:  # a session built elsewhere
             _OWN_CONF[key] = session.conf.get(key)
         session.conf.set(key, _SIZED.get(key, _OWN_CONF[key]))
+
+
+def is_small(rows: int | None) -> bool:
+    """Whether a step over at most `rows` rows (None: not known) is a small one."""
+    return rows is not None and rows <= SMALL_STEP_ROWS
 
 
 _OWN_CONF: dict[str, str] = {}  # the values of SIZED_CONF the process's session was built with
@@ -359,11 +372,12 @@ def _jvm_stderr_to(path: str | None):
         os.close(saved)
 
 
-def driver_conf(record_classes_to: Path | None = None) -> dict[str, str]:
+def driver_conf(record_classes_to: Path | None = None, small: bool = False) -> dict[str, str]:
     """What a Spark driver of this project needs at launch: Delta's jars (from the cache; resolved
     first, with the network once, when set-up was skipped) and extensions, UTC, the class archive
-    when there is one (or, given a path, the option that records one there at exit). A Spark
-    Connect server started for the project takes the same (`spark-submit --conf`)."""
+    when there is one (or, given a path, the option that records one there at exit), and for a
+    driver started for a small step the quick compiler only. A Spark Connect server started for
+    the project takes the same (`spark-submit --conf`)."""
     memory = driver_memory(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     jars = driver_jars()
     archive = class_archive(jars)
@@ -373,7 +387,7 @@ def driver_conf(record_classes_to: Path | None = None) -> dict[str, str]:
         sharing = f"-XX:SharedArchiveFile={archive}"
     else:
         sharing = ""
-    java = " ".join(option for option in (JAVA_OPTIONS, sharing, jvm_log_option()) if option)
+    java = " ".join(option for option in (JAVA_OPTIONS, QUICK_JIT if small else "", sharing, jvm_log_option()) if option)
     return {
         **LOCAL_CONF, "spark.driver.extraJavaOptions": java, "spark.driver.memory": memory, **DELTA_CONF,
         # On the driver's class path too (the archive holds only classes of the JVM's own loaders);
@@ -448,7 +462,7 @@ class SparkResource(LazyPySparkResource):
         """The project's resource, not Dagster's: keeps the UI and telemetry from labelling it theirs."""
         return False
 
-    def _init_session(self) -> None:
+    def _init_session(self, small: bool = False) -> None:
         """dagster-pyspark's builds a bare session from spark_config; this adds the project's
         Delta, UTC and jar-cache settings and Spark Connect."""
         if self._spark_session is None:
@@ -457,4 +471,12 @@ class SparkResource(LazyPySparkResource):
                 remote=self.remote,
                 shuffle_partitions=self.shuffle_partitions,
                 extra_conf=self.spark_config,
+                small=small,
             )
+
+    def session_for(self, rows: int | None) -> SparkSession:
+        """The session for a step over at most `rows` rows, started for them when it is not yet
+        (driver_conf), with Spark's settings for them (size_for)."""
+        self._init_session(small=is_small(rows))
+        size_for(self._spark_session, rows)
+        return self._spark_session

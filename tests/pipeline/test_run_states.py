@@ -66,10 +66,11 @@ def runner(spark, warehouse, monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def sessions_asked(monkeypatch) -> list[str]:
-    """The steps that ask for the run's Spark session (in a process of its own, where its JVM starts)."""
+def sessions_asked(monkeypatch) -> list[bool]:
+    """The steps that ask for the run's Spark session (in a process of its own, where its JVM
+    starts), each as whether it asked for a driver sized for a small step."""
     asked, build = [], spark_module.build_spark_session
-    monkeypatch.setattr(spark_module, "build_spark_session", lambda **kw: asked.append("asked") or build(**kw))
+    monkeypatch.setattr(spark_module, "build_spark_session", lambda **kw: asked.append(kw.get("small", False)) or build(**kw))
     return asked
 
 
@@ -110,15 +111,20 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
     assert len(set(state().values())) == 1
 
 
-def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(runner, spark, monkeypatch):
+def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(runner, spark, monkeypatch, sessions_asked):
     """Up to SMALL_STEP_ROWS source rows in the window: no code generation (whole-stage or of
-    expressions), no adaptive execution, one shuffle partition. Past it, the session's own settings (which the small ones would slow)."""
+    expressions), no adaptive execution, one shuffle partition, and a driver started for the run
+    (in a process of its own) compiles with C1 only. Past it, the session's own settings (which the
+    small ones would slow), and a driver with both compilers."""
     run, _ = runner
     assert run()[0]
     assert {key: spark.conf.get(key) for key in spark_module.SIZED_CONF} == spark_module.SIZED_CONF
+    assert sessions_asked[0] is True, "the run's first Spark step asks for a driver sized for its few rows"
     monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the next window's rows are "many"
+    sessions_asked.clear()
     ok, meta = run()
     assert ok and meta["sessions_lifecycle_manifest"]["events_in_window"] > 0
+    assert sessions_asked[0] is False, "a driver for many rows keeps C2"
     codegen, adaptive, shuffle_partitions, expressions = (spark.conf.get(key) for key in spark_module.SIZED_CONF)
     assert (codegen, adaptive) == ("true", "true") and shuffle_partitions != "1"
     assert expressions == "FALLBACK", "expressions compiled again, as Spark does by default"

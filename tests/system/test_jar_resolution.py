@@ -16,6 +16,7 @@ from incremental_assets.lib.spark import (
     CLASS_ARCHIVE_ENV,
     DELTA_JARS,
     DELTA_VERSION,
+    QUICK_JIT,
     JarSet,
     class_archive,
     driver_conf,
@@ -117,6 +118,12 @@ def test_the_driver_loads_spark_and_delta_classes_from_the_archive_set_up_record
     for name in ("org.apache.spark.SparkContext", "org.apache.spark.sql.delta.DeltaLog",
                  "org.apache.spark.sql.delta.commands.WriteIntoDelta"):
         assert source[name] == "shared objects file (top)", name
+
+
+def test_only_a_driver_started_for_a_small_step_compiles_with_c1_alone():
+    assert QUICK_JIT in driver_conf(small=True)["spark.driver.extraJavaOptions"].split()
+    assert QUICK_JIT not in driver_conf()["spark.driver.extraJavaOptions"]
+    assert QUICK_JIT not in driver_conf(small=True)["spark.executor.extraJavaOptions"], "a cluster's executors keep C2"
 
 
 def test_a_driver_without_the_archive_starts_without_the_option(monkeypatch):

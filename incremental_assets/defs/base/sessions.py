@@ -28,7 +28,7 @@ from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBa
 from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import rows_within, with_optional_columns
-from incremental_assets.lib.spark import SparkResource, size_for
+from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
@@ -85,8 +85,7 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     if plan.reads_nothing:  # nothing new, or a quiet window: no read
         yield Output(Rows(None), metadata={"skipped": plan.why_nothing_read})
         return
-    session = spark.spark_session
-    size_for(session, rows_within(source_table_uri(), settings, limits.lower, limits.upper))  # this run's Spark steps
+    session = spark.session_for(rows_within(source_table_uri(), settings, limits.lower, limits.upper))  # this run's Spark steps
     ts = settings.session_timestamp
     source = read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)

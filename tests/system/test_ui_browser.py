@@ -105,17 +105,20 @@ def _stop_group(process: subprocess.Popen, timeout: float = STOP_S) -> None:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pass
-    while _group_members(pgid) and time.monotonic() < deadline:  # children outliving the leader
-        time.sleep(0.2)
+    _wait_gone(pgid, deadline)  # children outliving the leader
     if _group_members(pgid):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        killed = time.monotonic() + 10  # a killed JVM of many threads takes a moment to be gone
-        while _group_members(pgid) and time.monotonic() < killed:
-            time.sleep(0.2)
+        _wait_gone(pgid, time.monotonic() + 10)  # a killed JVM of many threads takes a moment to be gone
     process.wait(timeout=10)
+
+
+def _wait_gone(pgid: int, deadline: float) -> None:
+    """Until the group has no live member, or the deadline."""
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _require_browser() -> Path:

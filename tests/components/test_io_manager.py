@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.delta.io_manager import DeltaIOManager
 from incremental_assets.lib.delta.log import UnreadableTableError, table_exists, table_version
 from incremental_assets.lib.delta.read import inserted_rows, read_table
-from incremental_assets.lib.delta.spec import DeltaWriteError, Rows, WriteMode, delta_table
+from incremental_assets.lib.delta.spec import DeltaWriteError, Rows, Window, WriteMode, delta_table
 from incremental_assets.lib.delta.write import NO_COMMIT, Txn, WriteRequest, create_with_change_feed, last_commit, write
 
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
@@ -372,6 +372,39 @@ def test_applied_changes_delete_update_and_insert_on_keys_alike_in_spark_and_del
     assert _rows(spark, created, "k", "start", "value") == [("a", 1, "x2"), ("a", 3, "w")]
     with pytest.raises(DeltaWriteError, match="_deleted"):
         write(spark, stored, WriteRequest(created, WriteMode.APPLY_CHANGES, ["k", "start"]))
+
+
+@pytest.mark.parametrize("mode", ["append", "replace", "replace_partition"])
+def test_a_small_append_or_replace_by_deltalake_leaves_what_sparks_write_leaves(spark, warehouse, mode):
+    """rows_at_most under SMALL_WRITE_ROWS: the same rows, columns (one gained), metrics and
+    transaction rule, without Spark's write; a window replaced keeps the other days and refuses a
+    row outside it; an append of no row commits only its marker."""
+    window = Window("d", datetime(2024, 1, 2), datetime(2024, 1, 3))
+    stored = spark.createDataFrame([(1, "old", date(2024, 1, 1)), (2, "old", date(2024, 1, 2))], "id int, value string, d date")
+    later = spark.createDataFrame([(3, "new", date(2024, 1, 2), 7)], "id int, value string, d date, extra int")
+    results = {}
+    for engine, bound in (("spark", None), ("deltalake", 10)):
+        uri = f"{warehouse}/{engine}"
+        write(spark, stored, WriteRequest(uri, WriteMode.REPLACE, partition_by=["d"]))
+        request = WriteRequest(uri, WriteMode(mode), partition_by=["d"], window=window, txn=Txn("run-2"), rows_at_most=bound)
+        result = write(spark, later, request)
+        again = write(spark, later, request)
+        assert again.skipped and table_version(uri) == result.version
+        assert DeltaTable(uri).history(1)[0]["engineInfo"].startswith("delta-rs" if bound else "Apache-Spark")
+        if mode == "replace_partition":
+            outside = spark.createDataFrame([(4, "x", date(2024, 1, 9), 1)], later.schema)
+            with pytest.raises(Exception, match="(?i)replaceWhere|does not conform|invalid data"):
+                write(spark, outside, WriteRequest(uri, WriteMode(mode), partition_by=["d"], window=window, rows_at_most=bound))
+        if mode == "append":
+            marked = write(spark, later.limit(0), WriteRequest(uri, WriteMode(mode), partition_by=["d"], rows_at_most=bound and 0,
+                                                               user_metadata='{"hour": 1}'))
+            assert marked.version == result.version + 1 and DeltaTable(uri).history(1)[0]["userMetadata"] == '{"hour": 1}'
+        columns = [field.name for field in DeltaTable(uri).schema().fields]
+        results[engine] = (_rows(spark, uri, "id", "value", "d", "extra"), result.rows_inserted, columns, DeltaTable(uri).metadata().partition_columns)
+    assert results["deltalake"] == results["spark"]
+    kept = {"append": [(1, "old", date(2024, 1, 1), None), (2, "old", date(2024, 1, 2), None)], "replace": [],
+            "replace_partition": [(1, "old", date(2024, 1, 1), None)]}[mode]
+    assert results["spark"] == ([*kept, (3, "new", date(2024, 1, 2), 7)], 1, ["id", "value", "d", "extra"], ["d"])
 
 
 def test_a_small_merge_refuses_an_upsert_with_a_shared_key_and_its_inserts_reach_the_change_feed(spark, warehouse):

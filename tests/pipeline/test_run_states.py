@@ -5,6 +5,7 @@ import os
 
 import pytest
 from dagster import DagsterInstance, Definitions, materialize
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -111,13 +112,18 @@ def test_new_asset_backfills_while_others_skip_then_failure_forces_a_sync(runner
     assert len(set(state().values())) == 1
 
 
-def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(runner, spark, monkeypatch, sessions_asked):
+def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(runner, spark, monkeypatch, sessions_asked, warehouse):
     """Up to SMALL_STEP_ROWS source rows in the window: no code generation (whole-stage or of
     expressions), no adaptive execution, one shuffle partition, and a driver started for the run
-    (in a process of its own) compiles with C1 only. Past it, the session's own settings (which the
-    small ones would slow), and a driver with both compilers."""
+    (in a process of its own) compiles with C1 only; its batch, bounded by the source's rows its
+    sessions span, is written by deltalake. Past it, the session's own settings (which the small
+    ones would slow), and a driver with both compilers."""
     run, _ = runner
-    assert run()[0]
+    ok, meta = run()
+    assert ok
+    written = meta["events_this_run"]["delta_version"]
+    [commit] = [c for c in DeltaTable(f"{warehouse}/events_this_run").history() if c["version"] == written]
+    assert commit["engineInfo"].startswith("delta-rs"), commit
     assert {key: spark.conf.get(key) for key in spark_module.SIZED_CONF} == spark_module.SIZED_CONF
     assert sessions_asked[0] is True, "the run's first Spark step asks for a driver sized for its few rows"
     monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the next window's rows are "many"

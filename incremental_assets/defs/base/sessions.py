@@ -231,8 +231,10 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
             found = Found(0, None, 0, WindowRows(0, beyond, 0))
     if not idle:
         next_event = T.next_event_after(source, settings, limits.upper, limits.now)
+    lo, hi = T.candidate_range(span, window)  # the batch is among the source's rows there
     yield Output(
-        RunBatch(events.drop(T.COPIES), limits, next_event, found, ts, plan.run_id),
+        RunBatch(events.drop(T.COPIES), limits, next_event, found, ts, plan.run_id,
+                 rows_at_most=0 if lo is None else rows_within(source_table_uri(), settings, lo, hi)),
         EVENTS_THIS_RUN,
         metadata={"sessions_this_run": span["sessions"], **({"skipped": plan.why_nothing_read} if idle else {})},
     )

@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.read import count_by, read_table
-from incremental_assets.lib.delta.spec import delta_table, partition_window
+from incremental_assets.lib.delta.log import row_count
+from incremental_assets.lib.delta.spec import Rows, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
@@ -82,7 +83,7 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()
         per_day = {r.event_date: r.events for r in partials.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
         yield Output(
-            partials,
+            Rows(partials, rows_at_most=sum(held.values())),  # a partial per key and day: at most one per event
             metadata={
                 "events_per_day": MetadataValue.json({day.isoformat(): n for day, n in sorted(per_day.items())}),
                 "days_with_events": len(per_day),
@@ -113,9 +114,11 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 )
 def attributes(
     context: AssetExecutionContext, daily: DataFrame, settings: IncrementalSettings, state: StateStore
-) -> DataFrame:
+) -> Rows:
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
-    return attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day())
+    # a row per key: at most one per stored partial (from the log)
+    return Rows(attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day()),
+                rows_at_most=row_count(table_uri(DAILY_AGGREGATES)))
 
 
 @asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")

@@ -48,10 +48,12 @@ class Window:
         start, end = self.bounds(kind)
         return (F.col(self.column) >= F.lit(start)) & (F.col(self.column) < F.lit(end))
 
-    def predicate(self, kind: T.DataType) -> str:
-        """The same range as SQL text for `replaceWhere`; the values are ours, never user input."""
+    def predicate(self, kind: T.DataType, quote: str = "`") -> str:
+        """The same range as SQL text for `replaceWhere` (deltalake's predicate quotes its names
+        with `"`); the values are ours, never user input."""
         start, end = (value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat() for value in self.bounds(kind))
-        return f"`{self.column}` >= '{start}' AND `{self.column}` < '{end}'"
+        name = f"{quote}{self.column}{quote}"
+        return f"{name} >= '{start}' AND {name} < '{end}'"
 
     def contains(self, value: date | datetime) -> bool:
         moment = value if isinstance(value, datetime) else datetime.combine(value, time.min)

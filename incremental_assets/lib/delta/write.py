@@ -38,6 +38,11 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
+# Up to this many rows, an append or a replace (whole, or of a partition window) is collected and
+# committed by deltalake: Spark's Delta write costs a job, a commit and a snapshot update (about half
+# a second a table, several in a process's first), where the collected rows (tens of MB at most)
+# take milliseconds. A run's batch, its daily partials and attributes are written so.
+SMALL_WRITE_ROWS = 100_000
 
 
 # The operation of a write that committed nothing: the table is at the version it was.
@@ -154,16 +159,39 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS:
             return _apply_changes_small(df.toArrow(), stored, uri, keys, user_metadata)
         return _apply_changes(spark, df, stored, uri, keys, user_metadata)
+    replaced = None  # the partition window a replace_partition overwrites (None: the whole table)
     if mode is WriteMode.REPLACE_PARTITION:
         if window is None:
             raise DeltaWriteError(f"replace_partition into {uri} needs a partition window")
         kind = partition_kind(df, window.column, uri)
-        if emptied:
-            return save("overwrite", overwrite_schema=True)
-        return save("overwrite", replace_where=window.predicate(kind), merge_schema=True)  # columns a definition adds
-    if mode is WriteMode.APPEND and not emptied:
+        replaced = None if stored is None or emptied else (window, kind)  # no stored row: the rows are the table
+    appends = mode is WriteMode.APPEND and not emptied
+    if rows_at_most is not None and rows_at_most <= SMALL_WRITE_ROWS:
+        return _write_small(df.toArrow(), stored, request, appends, replaced)
+    if replaced is not None:
+        return save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
+    if appends:
         return save("append")
     return save("overwrite", overwrite_schema=True)
+
+
+def _write_small(
+    rows: pa.Table, stored: deltalake.DeltaTable | None, request: WriteRequest, appends: bool,
+    replaced: tuple[Window, T.DataType] | None,
+) -> WriteResult:
+    """The same append or replace as Spark's in `write`, of rows in hand, by deltalake (no Spark
+    job): a window replaced keeps the columns it lacks (as mergeSchema), a whole table takes the
+    rows' columns (as overwriteSchema), and an append of no row commits nothing but its marker."""
+    commit = _commit_properties(request.txn, request.user_metadata)
+    if appends and rows.num_rows == 0 and stored is not None:
+        return mark(request.uri, request.user_metadata) if request.user_metadata else WriteResult(stored.version(), NO_COMMIT)
+    predicate = replaced[0].predicate(replaced[1], quote='"') if replaced is not None else None
+    deltalake.write_deltalake(
+        request.uri, rows, mode="append" if appends else "overwrite", predicate=predicate,
+        schema_mode="merge" if appends or predicate else "overwrite", partition_by=list(request.partition_by) or None,
+        configuration=request.properties, commit_properties=commit,
+    )
+    return WriteResult(last_commit(request.uri).version, "WRITE", {"numOutputRows": rows.num_rows})
 
 
 def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:

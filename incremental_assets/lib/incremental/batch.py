@@ -78,6 +78,7 @@ class RunBatch:
     found: Found | Observation | tuple[Observation, ...]
     cursor: str  # the session timestamp column (what batch_max is the greatest of)
     decided_by: str = ""  # the run whose plan this batch is of (its write is keyed by it)
+    rows_at_most: int | None = None  # a bound on its events (None: not known): a small batch is written by deltalake
 
     @property
     def known_empty(self) -> bool:
@@ -182,7 +183,7 @@ class BatchHandler:
         elif batch.events is None:
             raise ValueError(f"{table.name}: a batch without its events needs the table it empties")
         else:
-            result = RowsHandler().write(table, Rows(batch.events, decided_by=batch.decided_by))
+            result = RowsHandler().write(table, Rows(batch.events, rows_at_most=batch.rows_at_most, decided_by=batch.decided_by))
             columns = frame_columns(batch.events)
         counted = batch.counted(written=not result.skipped, stored=lambda: read_table(spark(), table.uri))
         note(table.uri, table.run_id, batch_note(counted))

@@ -324,11 +324,17 @@ def candidate_events(
     """The source rows that can be events of this run's sessions (see `sessions_span`), and, given
     the run's window, every row of it too: eligible by the lifecycle's rule (`classify_window`),
     their session id set."""
-    lows, highs = [span["lo"], window and window[0]], [span["hi"], window and window[1]]
-    lo, hi = min((t for t in lows if t), default=None), max((t for t in highs if t), default=None)
+    lo, hi = candidate_range(span, window)
     rows = source.where(F.lit(False)) if lo is None else in_cursor_range(source, settings, lo, hi)
     eligible = classify_window(rows, quarantined, settings).where(F.col("drop_reason").isNull())
     return eligible.drop(USER, "drop_reason")
+
+
+def candidate_range(span, window: tuple[datetime, datetime] | None) -> tuple[datetime | None, datetime | None]:
+    """The cursor range [lo, hi] that holds every candidate event: the sessions' span and the
+    window (None, None: neither)."""
+    lows, highs = [span["lo"], window and window[0]], [span["hi"], window and window[1]]
+    return min((t for t in lows if t), default=None), max((t for t in highs if t), default=None)
 
 
 ID_HASH = "_id_hash"

@@ -3,11 +3,12 @@ under; a change is refused until its plan is applied, and applying it leaves exa
 run from scratch with the new settings leaves. Never a broken daily layer, never a silent mix.
 
 One warehouse is built once under the base settings; each case copies it, changes a setting, and
-compares with a warehouse built from scratch under the new one.
+compares with a warehouse built from scratch under the new one (once for each setting compared).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import date
 from pathlib import Path
@@ -83,10 +84,21 @@ def refused_then_applied(spark, built, tmp_path, changed: dict, instance=None) -
     return warehouse
 
 
-def from_scratch(built, tmp_path: Path, changed: dict) -> dict:
+@pytest.fixture(scope="module")
+def from_scratch(built, tmp_path_factory):
+    """The warehouse a run from scratch under some settings leaves: built once per module for each
+    (cases that change the same setting compare with the same one), and only read."""
     source, _ = built
-    build(tmp_path / "scratch", source, changed)
-    return tmp_path / "scratch"
+    made: dict[str, Path] = {}
+
+    def warehouse(changed: dict) -> Path:
+        key = json.dumps(changed, sort_keys=True)
+        if key not in made:
+            made[key] = tmp_path_factory.mktemp("scratch")
+            build(made[key], source, changed)
+        return made[key]
+
+    return warehouse
 
 
 # Every setting that changes what a table holds (the fingerprints' SOURCE, EVENT and DAILY rules),
@@ -114,13 +126,13 @@ CHANGES = [
 
 
 @pytest.mark.parametrize("change", CHANGES)
-def test_a_changed_setting_is_refused_until_applied_then_equals_a_run_from_scratch(spark, built, tmp_path, change):
+def test_a_changed_setting_is_refused_until_applied_then_equals_a_run_from_scratch(spark, built, tmp_path, change, from_scratch):
     changed = {**BASE, **change}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
-    assert comparable_tables(warehouse) == comparable_tables(from_scratch(built, tmp_path, changed))
+    assert comparable_tables(warehouse) == comparable_tables(from_scratch(changed))
 
 
-def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothing_else(spark, built, tmp_path):
+def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothing_else(spark, built, tmp_path, from_scratch):
     """Finding: a fourth attribute stopped the daily layer on a schema mismatch."""
     _, base = built
     before = read_table(spark, f"{base}/daily_aggregates")
@@ -130,7 +142,7 @@ def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothi
     after = read_table(spark, f"{warehouse}/daily_aggregates")
     assert "carts_3d__partial" in after.columns
     assert sorted(map(tuple, after.select(*sorted(before.columns)).collect())) == kept, "no other column changed"
-    scratch = from_scratch(built, tmp_path, changed)
+    scratch = from_scratch(changed)
     for table in ("attributes", "attributes_history"):
         assert comparable_tables(warehouse)[table] == comparable_tables(scratch)[table]
     assert "carts_3d" in DeltaTable(f"{warehouse}/attributes_history").schema().to_arrow().names
@@ -138,19 +150,19 @@ def test_adding_an_attribute_computes_its_column_for_every_day_and_touches_nothi
     assert any(r["asset"] == "attributes_history" and "rebuilt for every key from start_date" in (r["message"] or "") for r in logged)
 
 
-def test_a_redefined_attribute_is_refused_not_mixed_then_recomputed_for_every_day(spark, built, tmp_path):
+def test_a_redefined_attribute_is_refused_not_mixed_then_recomputed_for_every_day(spark, built, tmp_path, from_scratch):
     """Finding: redefining page_views used the new definition only for days recomputed since."""
     changed = {**BASE, "attributes": [{**THREE[0], "event_names": ["page_view", "add_to_cart"]}, *THREE[1:]]}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
-    assert comparable_tables(warehouse)["attributes"] == comparable_tables(from_scratch(built, tmp_path, changed))["attributes"]
+    assert comparable_tables(warehouse)["attributes"] == comparable_tables(from_scratch(changed))["attributes"]
 
 
-def test_a_changed_filter_is_refused_not_mixed_then_rebuilt_downstream(spark, built, tmp_path):
+def test_a_changed_filter_is_refused_not_mixed_then_rebuilt_downstream(spark, built, tmp_path, from_scratch):
     """Finding: setting app_ids after runs kept the other apps' rows in old days."""
     changed = {**BASE, "app_ids": ["website"]}
     warehouse = refused_then_applied(spark, built, tmp_path, changed)
     tables = comparable_tables(warehouse)
-    assert tables == comparable_tables(from_scratch(built, tmp_path, changed))
+    assert tables == comparable_tables(from_scratch(changed))
     apps = {row.app_id for row in read_table(spark, f"{warehouse}/filtered_events").select("app_id").distinct().collect()}
     assert apps == {"website"}
 
@@ -250,7 +262,7 @@ def test_from_the_ui_the_apply_job_applies_the_plan_and_the_sensors_hold_until_t
 
 
 def test_an_earlier_release_warehouse_upgraded_with_a_breaking_change_is_planned_then_equals_a_run_from_scratch(
-    spark, built, tmp_path, capsys
+    spark, built, tmp_path, capsys, from_scratch
 ):
     """Finding: a warehouse of a release that recorded no fingerprints, upgraded together with
     max_session_days 3 -> 1, was adopted under the new settings: `plan` said nothing to apply, the
@@ -269,4 +281,4 @@ def test_an_earlier_release_warehouse_upgraded_with_a_breaking_change_is_planned
         assert not (warehouse / "table_fingerprints").exists(), "no fingerprint recorded by a refused run"
         applied = apply_changes(settings_of(changed), instance=DagsterInstance.ephemeral(), report=lambda line: None, now=NOW)
         assert applied.success and all(change.earlier_release for change in applied.plan.changes)
-    assert comparable_tables(warehouse) == comparable_tables(from_scratch(built, tmp_path, changed))
+    assert comparable_tables(warehouse) == comparable_tables(from_scratch(changed))

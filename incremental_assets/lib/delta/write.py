@@ -252,10 +252,8 @@ def mark(uri: str, user_metadata: str) -> WriteResult:
 def replace_with(uri: str, rows: pa.Table, partition_by: Sequence[str], properties: Mapping[str, str] | None) -> WriteResult:
     """Replace the whole table at `uri` with `rows` (an ordinary asset's pandas or Arrow value) by
     deltalake, no JVM; the table takes their columns, as a Spark replace's does."""
-    deltalake.write_deltalake(
-        uri, rows, mode="overwrite", schema_mode="overwrite", partition_by=list(partition_by) or None, configuration=properties
-    )
-    return WriteResult(last_commit(uri).version, "WRITE", {"numOutputRows": rows.num_rows})
+    request = WriteRequest(uri, WriteMode.REPLACE, partition_by=partition_by, properties=properties)
+    return _write_small(rows, stored_table(uri), request, appends=False, replaced=None)
 
 
 def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:

@@ -39,9 +39,10 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
 # Up to this many rows, an append or a replace (whole, or of a partition window) is collected and
-# committed by deltalake: Spark's Delta write costs a job, a commit and a snapshot update (about half
-# a second a table, several in a process's first), where the collected rows (tens of MB at most)
-# take milliseconds. A run's batch, its daily partials and attributes are written so.
+# committed by deltalake: Spark's Delta write costs a job, a commit and a snapshot update, where the
+# collected rows take milliseconds. They are held in the driver's Python while written, so the bound
+# stays where that memory is small beside the driver's; it covers an hourly run's batch, bounded by
+# the source's rows its sessions span (benchmarks/results.md: "Small appends and replaces").
 SMALL_WRITE_ROWS = 100_000
 
 

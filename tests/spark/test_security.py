@@ -24,9 +24,10 @@ SQL_TEXT = {
     ("lib/delta/write.py", "mergeInto(target"): "the table's path as a quoted name (path_identifier), not SQL",
     ("lib/delta/write.py", "condition = \" AND \".join("): "key columns declared in code (deltalake MERGE)",
     ("lib/delta/write.py", "condition += f"): "a date computed by the run (deltalake MERGE floor)",
-    ("lib/delta/spec.py", 'return f"`{self.column}` >='): "a partition window of dates computed by the run",
+    ("lib/state/store.py", "snapshot.merge(data, f"): "a date computed by the run and the run log's own columns (deltalake MERGE)",
+    ("lib/delta/spec.py", 'return f"{name} >='): "a partition window of dates computed by the run (Spark's replaceWhere, deltalake's predicate)",
 }
-SQL_CALL = re.compile(r"F\.expr\(|selectExpr\(|\.sql\(|\.where\(f|condition \+?= f?\"|return f\"`|mergeInto\(")
+SQL_CALL = re.compile(r"F\.expr\(|selectExpr\(|\.sql\(|\.where\(f|condition \+?= f?\"|return f\"`|>= '\{|mergeInto\(")
 
 
 def test_no_setting_is_pasted_into_sql_text():

@@ -124,8 +124,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         result = _save(df, uri, mode, partition_by, user_metadata=user_metadata, txn=txn, properties=properties, **options)
         if stored is None or result.version != stored.version():
             return result
-        # Delta commits no append of no row; a marker says how far the table's writer got, and lands all the same.
-        return mark(uri, user_metadata) if user_metadata else WriteResult(result.version, NO_COMMIT)
+        return _nothing_appended(uri, result.version, user_metadata)
 
     if txn is not None and committed(stored, txn):
         return _already_committed(stored)
@@ -185,7 +184,7 @@ def _write_small(
     rows' columns (as overwriteSchema), and an append of no row commits nothing but its marker."""
     commit = _commit_properties(request.txn, request.user_metadata)
     if appends and rows.num_rows == 0 and stored is not None:
-        return mark(request.uri, request.user_metadata) if request.user_metadata else WriteResult(stored.version(), NO_COMMIT)
+        return _nothing_appended(request.uri, stored.version(), request.user_metadata)
     predicate = replaced[0].predicate(replaced[1], quote='"') if replaced is not None else None
     deltalake.write_deltalake(
         request.uri, rows, mode="append" if appends else "overwrite", predicate=predicate,
@@ -193,6 +192,12 @@ def _write_small(
         configuration=request.properties, commit_properties=commit,
     )
     return WriteResult(last_commit(request.uri).version, "WRITE", {"numOutputRows": rows.num_rows})
+
+
+def _nothing_appended(uri: str, version: int, user_metadata: str | None) -> WriteResult:
+    """An append of no row commits nothing (as Delta's own); a marker says how far the table's
+    writer got, and lands all the same."""
+    return mark(uri, user_metadata) if user_metadata else WriteResult(version, NO_COMMIT)
 
 
 def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:
@@ -254,7 +259,7 @@ def replace_with(uri: str, rows: pa.Table, partition_by: Sequence[str], properti
     """Replace the whole table at `uri` with `rows` (an ordinary asset's pandas or Arrow value) by
     deltalake, no JVM; the table takes their columns, as a Spark replace's does."""
     request = WriteRequest(uri, WriteMode.REPLACE, partition_by=partition_by, properties=properties)
-    return _write_small(rows, stored_table(uri), request, appends=False, replaced=None)
+    return _write_small(rows, None, request, appends=False, replaced=None)  # a whole replace reads no stored table
 
 
 def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:

@@ -68,7 +68,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {store: [] for store in STORES}
         for rep in range(args.reps):
             for store, env in envs.items():
-                runs[store].append(one_hour_run(env, root / f"timings-{store}-{rep}.json"))
+                runs[store].append(one_hour_run(env, root / f"timings-{store}-{rep}.json", floor=False))
         windows = {}
         for store, env in envs.items():
             (root / store / "window").mkdir()

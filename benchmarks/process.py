@@ -3,8 +3,11 @@ run is a fresh process. Each history gets its own warehouse, settings and Dagste
 are processed first, then each repetition appends one hour of loads and times
 `incremental-assets run` from the outside, with the process's own account of where its seconds
 went (INCREMENTAL_ASSETS_TIMINGS: interpreter, imports, instance, definitions, JVM, steps, Spark's
-jobs, exit). Histories are measured in turn, repetition by repetition, so that a drift of the
-machine's speed reaches them alike.
+jobs, exit). Right after each run, its floor as a whole process: a fresh Python process that starts
+the session the run's first Spark step starts, reads the same hour's source rows and appends them
+once to a Delta table with plain Spark, and exits (no Dagster, no state, no second table). Histories
+are measured in turn, repetition by repetition, so that a drift of the machine's speed reaches them
+alike.
 
 Then the same one-hour run as Dagster launches it (`dagster job launch`, what a sensor tick or the
 UI does): in a process of its own, and in the warm worker (`incremental-assets serve`), timed from
@@ -30,10 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from measure import RESULTS
+
+from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
+from incremental_assets.lib.incremental.days import daily_runs, days_window_tags
+from incremental_assets.lib.sample.stream import read_stream_state
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.utc import utcnow
 
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "incremental-assets")
@@ -52,6 +61,16 @@ days, per_day, start = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sy
 params = SampleParams(users=max(40, per_day // 50), days=days + 10, events_per_day=per_day, start_date=start, seed=11)
 generate_stream(build_spark_session(), environment.table_uri(environment.ATOMIC_EVENTS), params, hours=days * 24)
 assert all(run.success for run in run_until_caught_up(load_settings(), report=lambda line: None))
+"""
+FLOOR = """
+import sys
+from datetime import datetime
+from pyspark.sql import functions as F
+from incremental_assets.lib.spark import build_spark_session
+
+source, after, until, scratch = sys.argv[1], datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3]), sys.argv[4]
+rows = build_spark_session(small=True).read.format("delta").load(source)
+rows.where((F.col("load_tstamp") > F.lit(after)) & (F.col("load_tstamp") <= F.lit(until))).write.format("delta").mode("append").save(scratch)
 """
 
 
@@ -76,9 +95,12 @@ def history(root: Path, days: int, events_per_day: int, warehouse: str | None = 
     return env
 
 
-def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None) -> dict:
+def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, floor: bool = True) -> dict:
     """One more hour of loads, then `incremental-assets run` timed as a whole process (with the
-    package from `code`, a checkout, when given)."""
+    package from `code`, a checkout, when given), then (`floor`: a local warehouse) its floor as a
+    whole process."""
+    source = f"{env['INCREMENTAL_ASSETS_WAREHOUSE']}/atomic_events"
+    loaded_after = read_stream_state(source)[1] if floor else None
     subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
     if code is not None:
         env = {**env, "PYTHONPATH": str(code)}
@@ -88,11 +110,23 @@ def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None) -
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"run failed:\n{done.stdout}\n{done.stderr}")
-    return {"seconds": round(seconds, 2), "said": done.stdout.splitlines()[0], **json.loads(timings.read_text())}
+    measured = {"seconds": round(seconds, 2), "said": done.stdout.splitlines()[0], **json.loads(timings.read_text())}
+    if floor:
+        measured["floor_seconds"] = floor_process(env, source, loaded_after, loaded_after + timedelta(hours=1), timings.parent)
+    return measured
+
+
+def floor_process(env: dict[str, str], source: str, after: datetime, until: datetime, scratch: Path) -> float:
+    """The hour's source rows read and appended once with plain Spark, in a process of its own."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", FLOOR, source, after.isoformat(), until.isoformat(),
+                    str(scratch / f"floor-{time.monotonic_ns()}")], env=env, check=True, capture_output=True)
+    return round(time.perf_counter() - started, 2)
 
 
 def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> list[dict]:
-    """`reps` one-hour runs launched through the instance, each timed from its creation to its end."""
+    """`reps` one-hour runs launched through the instance: the incremental run, then the daily run
+    its days call for (what the daily sensor requests), each timed from its creation to its end."""
     from dagster import DagsterInstance
 
     from incremental_assets.lib.worker import serving
@@ -111,23 +145,16 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> li
             time.sleep(1)
     runs = []
     try:
-        os.environ["DAGSTER_HOME"] = str(home)
+        os.environ.update({key: env[key] for key in ("DAGSTER_HOME", "INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG")})
         with DagsterInstance.get() as instance:
             for _ in range(reps):
                 subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
-                before = {run.run_id for run in instance.get_runs()}
-                subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "incremental_job"], env=env,
-                               check=True, capture_output=True)
-                [run_id] = {run.run_id for run in instance.get_runs()} - before
-                while not (record := instance.get_run_record_by_id(run_id)).dagster_run.is_finished:
-                    time.sleep(0.2)
-                if record.dagster_run.status.value != "SUCCESS":
-                    errors = [e.dagster_event.event_specific_data.error.to_string()[-3000:] for e in instance.all_logs(run_id)
-                              if e.dagster_event and e.dagster_event.is_step_failure]
-                    raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}: {errors}")
-                created = record.create_timestamp.timestamp()
-                runs.append({"seconds": round(record.end_time - created, 2),
-                             "until_started": round(record.start_time - created, 2)})
+                incremental = launch_and_wait(instance, env, workspace, INCREMENTAL_JOB, {})
+                # then the daily run the daily sensor requests for the days the incremental run marked
+                [(first, last, _)] = daily_runs(StateStore().days(), utcnow().date())
+                daily = launch_and_wait(instance, env, workspace, DAILY_JOB, days_window_tags(first, last))
+                runs.append({**incremental, "daily_seconds": daily["seconds"],
+                             "with_daily_seconds": round(incremental["seconds"] + daily["seconds"], 2)})
     finally:
         if worker is not None:
             worker.terminate()
@@ -135,10 +162,28 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> li
     return runs
 
 
+def launch_and_wait(instance, env: dict[str, str], workspace: Path, job: str, tags: dict[str, str]) -> dict:
+    """`job` launched as the UI or a sensor launches it, timed from the run's creation to its end."""
+    before = {run.run_id for run in instance.get_runs()}
+    subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", job, "--tags", json.dumps(tags)], env=env,
+                   check=True, capture_output=True)
+    [run_id] = {run.run_id for run in instance.get_runs()} - before
+    while not (record := instance.get_run_record_by_id(run_id)).dagster_run.is_finished:
+        time.sleep(0.1)
+    if record.dagster_run.status.value != "SUCCESS":
+        errors = [e.dagster_event.event_specific_data.error.to_string()[-3000:] for e in instance.all_logs(run_id)
+                  if e.dagster_event and e.dagster_event.is_step_failure]
+        raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}: {errors}")
+    created = record.create_timestamp.timestamp()
+    return {"seconds": round(record.end_time - created, 2), "until_started": round(record.start_time - created, 2)}
+
+
 def summary(runs: list[dict]) -> dict:
     """The median run's figures, and every run's seconds."""
     ordered = sorted(runs, key=lambda run: run["seconds"])
-    return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 2),
+    medians = {f"median_{key}": round(statistics.median(r[key] for r in runs), 2)
+               for key in ("floor_seconds", "daily_seconds", "with_daily_seconds") if key in runs[0]}
+    return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 2), **medians,
             "seconds": [r["seconds"] for r in runs], "median_run": ordered[len(ordered) // 2]}
 
 
@@ -179,11 +224,12 @@ def main() -> None:
     (RESULTS / "process.json").write_text(json.dumps(results, indent=1) + "\n")
     for label, measured in (("", results), ("before, ", results.get("before"))):
         for days, figures in (measured or {}).get("one_hour_run_whole_process", {}).items():
-            print(f"{label}{days}: {figures['median_seconds']} s (runs {figures['seconds']})")
+            print(f"{label}{days}: {figures['median_seconds']} s (runs {figures['seconds']}), floor {figures.get('median_floor_seconds')} s")
             for phase, seconds in figures["median_run"]["phases"]:
                 print(f"  {phase:<40}{seconds:>8.2f}")
     for name, figures in launched.items():
-        print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']})")
+        print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']}), "
+              f"daily {figures['median_daily_seconds']} s, both {figures['median_with_daily_seconds']} s")
 
 
 if __name__ == "__main__":

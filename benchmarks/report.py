@@ -260,13 +260,17 @@ def whole_process(p: dict) -> list[str]:
              runs(h["median_seconds"], h["seconds"]),
              target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS))
             for name, h in histories.items()]
+    rows.extend((f"its floor as a process, {name.replace('_', ' ')} of history", f"{h['median_floor_seconds']:.2f} s", "—")
+                for name, h in histories.items() if "median_floor_seconds" in h)
     rows.append((ratio_key.removeprefix("ratio_").replace("_to_", " / ").replace("_", " "), f"{p[ratio_key]:.2f}x",
                  target(f"{PROCESS_HISTORY_MAX_RATIO:g}x or less", p[ratio_key] <= PROCESS_HISTORY_MAX_RATIO)))
     lines = [
         "## A run as a whole process",
         "",
         (f"`incremental-assets run` over one new hour of loads ({p['events_per_day']:,} events a day), timed from outside: "
-         "what a schedule tick or the daemon's run launcher pays, since each run is a fresh process. "
+         "what a schedule tick or the daemon's run launcher pays, since each run is a fresh process. Its floor, timed "
+         "right after it: a fresh Python process that starts the session the run's first Spark step starts, reads the "
+         "same hour's source rows, appends them once to a Delta table with plain Spark and exits (no Dagster, no state). "
          f"Command: `{command}`."),
         "",
         "| figure | value | target |",
@@ -299,10 +303,16 @@ def launched(figures: dict) -> list[str]:
         meets = how == "warm" and h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS
         rows.append((f"one-hour run launched, {days} days of history, {how.replace('_', ' ')}",
                      runs(h["median_seconds"], h["seconds"]), target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", meets) if how == "warm" else "—"))
+        if "median_with_daily_seconds" in h:
+            both = h["median_with_daily_seconds"]
+            rows.append((f"the same with its daily run, {days} days of history, {how.replace('_', ' ')}",
+                         f"{both:.2f} s (daily run {h['median_daily_seconds']:.2f} s)",
+                         target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", both <= PROCESS_RUN_MAX_SECONDS) if how == "warm" else "—"))
     return [
         ("Launched through the instance as a sensor tick or the UI launches it (`dagster job launch`), in a process "
          "of its own and in the warm worker (`incremental-assets serve`, after its rehearsal), timed from the run's "
-         "creation to its end in the run records (the incremental job; the daily job is a run of its own):"),
+         "creation to its end in the run records: the incremental job, then the daily run its days call for (what the "
+         "daily sensor requests; the sensor's interval between the two is not counted):"),
         "",
         "| figure | value | target |",
         "|---|---|---|",

@@ -385,9 +385,12 @@ def apply_changes(
 def rehearse(session) -> list[RunSummary]:
     """The pipeline over a small sample stream in a scratch warehouse, source, Dagster home and
     in-memory instance (the process's environment restored after): what loads and compiles Spark's
-    and Delta's code before a real run (the warm worker), or records it (the class archive)."""
+    and Delta's code before a real run (the warm worker), or records it (the class archive). The
+    stream's first runs create the tables; one more hour then takes the paths of an hourly run
+    into tables that hold data (small merges, checks on the latest writes, the daily partials and
+    attributes_history kept from what they hold)."""
     from incremental_assets.lib.sample.generator import SampleParams
-    from incremental_assets.lib.sample.stream import generate_stream
+    from incremental_assets.lib.sample.stream import append_hours, generate_stream
 
     params = SampleParams(users=4, days=2, events_per_day=60)
     saved = dict(os.environ)
@@ -400,7 +403,9 @@ def rehearse(session) -> list[RunSummary]:
             generate_stream(session, f"{scratch}/source", params)
             settings = IncrementalSettings(start_date=params.start_date.isoformat())
             with DagsterInstance.ephemeral() as instance:
-                return run_until_caught_up(settings, report=lambda line: None, instance=instance)
+                runs = run_until_caught_up(settings, report=lambda line: None, instance=instance)
+                append_hours(session, f"{scratch}/source", 1)
+                return [*runs, run_incremental(settings, instance=instance)]
         finally:
             os.environ.clear()
             os.environ.update(saved)

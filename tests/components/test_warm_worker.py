@@ -92,8 +92,9 @@ from dagster import DagsterInstance
 from incremental_assets.cli.serve import Worker
 
 spark.build_spark_session = lambda: None
-stream.generate_stream = lambda *args, **kwargs: 0
-runner.run_until_caught_up = lambda *args, **kwargs: __import__("incremental_assets.definitions")  # as a run does
+stream.generate_stream = stream.append_hours = lambda *args, **kwargs: 0
+runner.run_until_caught_up = lambda *args, **kwargs: [__import__("incremental_assets.definitions")]  # as a run does
+runner.run_incremental = lambda *args, **kwargs: None
 Worker(DagsterInstance.ephemeral(), report=lambda line: None).warm()
 from incremental_assets.definitions import defs
 print(defs.resolve_job_def("daily_job").partitions_def.start.date())

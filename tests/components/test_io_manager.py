@@ -22,13 +22,11 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.lib import spark as spark_module
 from incremental_assets.lib.delta.io_manager import DeltaIOManager
 from incremental_assets.lib.delta.log import UnreadableTableError, table_exists, table_version
 from incremental_assets.lib.delta.read import inserted_rows, read_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Rows, Window, WriteMode, delta_table
 from incremental_assets.lib.delta.write import NO_COMMIT, Txn, WriteRequest, create_with_change_feed, last_commit, write
-from incremental_assets.lib.spark import SparkResource
 
 DAILY = DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 
@@ -196,34 +194,6 @@ def test_partitioned_input_is_filtered_to_its_window(spark, spark_resource, ware
         partition_key="2024-01-02",
     )
     assert seen["days"] == ["2024-01-02"]
-
-
-def test_a_partition_windows_read_asks_for_a_session_sized_for_the_rows_the_window_holds(spark, spark_resource, warehouse, monkeypatch):
-    """A run of days (a daily run launched in a process of its own) starts its driver at that read:
-    for few rows, sized for a small step (lib/spark.session_for); past SMALL_STEP_ROWS, the
-    session's own settings. The rows are the window's, from the log: 2024-01-02 holds 2."""
-    tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-03"}
-    _run(spark_resource, warehouse, [_daily_asset(spark)], tags=tags)
-    asked, seen, build = [], [], spark_module.build_spark_session
-    monkeypatch.setattr(spark_module, "build_spark_session", lambda **kw: asked.append(kw.get("small", False)) or build(**kw))
-
-    @asset(partitions_def=DAILY, ins={"daily": AssetIn()})
-    def downstream(daily: DataFrame):
-        seen.append(daily.sparkSession.conf.get("spark.sql.codegen.factoryMode"))
-
-    def read_one_day():
-        materialize([downstream, _daily_asset(spark).to_source_asset()], partition_key="2024-01-02",
-                    resources={"io_manager": _io(SparkResource(master="local[2]"), warehouse)})
-
-    try:
-        monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 2)
-        read_one_day()
-        monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 1)
-        read_one_day()
-    finally:
-        spark_module.size_for(spark, None)
-    assert asked == [True, False]
-    assert seen == ["NO_CODEGEN", "FALLBACK"]
 
 
 def test_refuses_whole_table_overwrite_from_a_partitioned_asset(spark, spark_resource, warehouse):

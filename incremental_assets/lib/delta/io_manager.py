@@ -39,7 +39,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import noted, reading, row_count, rows_in, stored_table, table_exists
+from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
@@ -78,19 +78,15 @@ class TableSlice:
     run_id: str
 
 
-# The run's session; given the rows a read meets at most (from the log), sized for them.
-SessionFor = Callable[..., SparkSession]
-
-
 class TypeHandler(Protocol):
     """Stores values of some types into their table slice, and loads them back."""
 
     stores: tuple[type, ...]  # the output values it stores
     loads: tuple[type, ...]  # the input annotations it loads
 
-    def store(self, context: OutputContext, table: TableSlice, value: Any, spark: SessionFor) -> dict: ...
+    def store(self, context: OutputContext, table: TableSlice, value: Any, spark: Callable[[], SparkSession]) -> dict: ...
 
-    def load(self, context: InputContext, table: TableSlice, spark: SessionFor) -> Any: ...
+    def load(self, context: InputContext, table: TableSlice, spark: Callable[[], SparkSession]) -> Any: ...
 
 
 class RowsHandler:
@@ -134,11 +130,10 @@ class RowsHandler:
 
     def load(self, context: InputContext, table: TableSlice, spark) -> DataFrame | Stored:
         def rows() -> DataFrame:
-            if table.window is None:
-                return read_table(spark(), table.uri)
-            # a partition window's read: the first Spark step of a run of days may start the driver
-            frame = read_table(spark(rows_in(table.uri, table.window)), table.uri)
-            return frame.where(table.window.condition(partition_kind(frame, table.window.column, table.uri)))
+            frame = read_table(spark(), table.uri)
+            if table.window is not None:
+                frame = frame.where(table.window.condition(partition_kind(frame, table.window.column, table.uri)))
+            return frame
 
         if context.dagster_type.typing_type is Stored:
             return Stored(rows, noted(table.uri, table.run_id))
@@ -207,9 +202,8 @@ class _DeltaIOManager(IOManager):
         self.handlers = config.type_handlers()
         self.objects = objects  # Dagster's own pickling IO manager, for an ordinary asset's values
 
-    def _spark(self, rows: int | None = None) -> SparkSession:
-        """The run's session; for a read of at most `rows` rows, sized for them (session_for)."""
-        return self.config.spark.spark_session if rows is None else self.config.spark.session_for(rows)
+    def _spark(self) -> SparkSession:
+        return self.config.spark.spark_session
 
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         declared = METADATA_KEY in context.definition_metadata

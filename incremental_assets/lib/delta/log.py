@@ -376,12 +376,6 @@ def stored_max(uri: str, column: str) -> Any:
         return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
-def rows_in(uri: str, window: Window) -> int | None:
-    """The table's rows inside `window`, from the log (None: it cannot say, as _partition_counts)."""
-    counts = _partition_counts(stored_table(uri), window.column, window)
-    return None if counts is None else sum(counts.values())
-
-
 def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: Window) -> dict | None:
     """Rows per partition value of `column` inside `window`, summed over the files' record counts;
     None when the log cannot say (not partitioned by it, a file without statistics or with deleted rows)."""

@@ -56,7 +56,7 @@ from incremental_assets.lib.sample.generator import SampleParams  # noqa: E402
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state  # noqa: E402
 from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
 from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
-from measure import cold_spark_start_seconds  # noqa: E402
+from measure import cold_spark_start_seconds, floor_write, loaded  # noqa: E402
 from report import write_report  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -134,22 +134,17 @@ class Bench:
     def floor(self, source: str, loaded_after: datetime, loaded_until: datetime) -> float:
         """The same new source rows, read and appended once to a Delta table with plain Spark."""
         started = time.perf_counter()
-        self._loaded(source, loaded_after, loaded_until).write.format("delta").mode("append").save(self._scratch("floor"))
+        floor_write(self.spark, source, loaded_after, loaded_until, self._scratch("floor"))
         return time.perf_counter() - started
 
     def dedupe_floor(self, source: str, loaded_after: datetime, loaded_until: datetime) -> float:
         """The same rows deduplicated on event_id into event_date partitions with plain Spark: the
         least a run must do to store them as filtered_events, with no session or manifest."""
         started = time.perf_counter()
-        rows = self._loaded(source, loaded_after, loaded_until).dropDuplicates(["event_id"])
+        rows = loaded(self.spark, source, loaded_after, loaded_until).dropDuplicates(["event_id"])
         rows = rows.withColumn("event_date", F.to_date("derived_tstamp"))
         rows.write.format("delta").partitionBy("event_date").save(self._scratch("dedupe-floor"))
         return time.perf_counter() - started
-
-    def _loaded(self, source: str, loaded_after: datetime, loaded_until: datetime):
-        return self.spark.read.format("delta").load(source).where(
-            (F.col("load_tstamp") > F.lit(loaded_after)) & (F.col("load_tstamp") <= F.lit(loaded_until))
-        )
 
     def _scratch(self, name: str) -> str:
         return str(self.root / f"{name}-{time.monotonic_ns()}")

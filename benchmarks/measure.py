@@ -1,11 +1,16 @@
-"""What the benchmark scripts share: a cold Spark start, and where their numbers go."""
+"""What the benchmark scripts share: a cold Spark start, a run's floor, and where their numbers go.
+Light on imports: a floor timed as a process of its own imports it."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -20,6 +25,18 @@ def cold_spark_start_seconds(session_args: str = "") -> float:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
+
+
+def loaded(spark: SparkSession, source: str, after: datetime, until: datetime) -> DataFrame:
+    """The source's rows loaded in (after, until]."""
+    return spark.read.format("delta").load(source).where(
+        (F.col("load_tstamp") > F.lit(after)) & (F.col("load_tstamp") <= F.lit(until))
+    )
+
+
+def floor_write(spark: SparkSession, source: str, after: datetime, until: datetime, target: str) -> None:
+    """A run's floor: the same new rows read and appended once to a Delta table with plain Spark."""
+    loaded(spark, source, after, until).write.format("delta").mode("append").save(target)
 
 
 def save_results(name: str, results: dict) -> None:

@@ -46,7 +46,8 @@ from incremental_assets.lib.utc import utcnow
 
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "incremental-assets")
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 SETUP = """
 import sys
 from datetime import date
@@ -65,12 +66,13 @@ assert all(run.success for run in run_until_caught_up(load_settings(), report=la
 FLOOR = """
 import sys
 from datetime import datetime
-from pyspark.sql import functions as F
+
+sys.path.insert(0, sys.argv[5])
+from measure import floor_write
 from incremental_assets.lib.spark import build_spark_session
 
 source, after, until, scratch = sys.argv[1], datetime.fromisoformat(sys.argv[2]), datetime.fromisoformat(sys.argv[3]), sys.argv[4]
-rows = build_spark_session(small=True).read.format("delta").load(source)
-rows.where((F.col("load_tstamp") > F.lit(after)) & (F.col("load_tstamp") <= F.lit(until))).write.format("delta").mode("append").save(scratch)
+floor_write(build_spark_session(small=True), source, after, until, scratch)
 """
 
 
@@ -120,7 +122,7 @@ def floor_process(env: dict[str, str], source: str, after: datetime, until: date
     """The hour's source rows read and appended once with plain Spark, in a process of its own."""
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", FLOOR, source, after.isoformat(), until.isoformat(),
-                    str(scratch / f"floor-{time.monotonic_ns()}")], env=env, check=True, capture_output=True)
+                    str(scratch / f"floor-{time.monotonic_ns()}"), str(HERE)], env=env, check=True, capture_output=True)
     return round(time.perf_counter() - started, 2)
 
 

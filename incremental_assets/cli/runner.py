@@ -395,16 +395,17 @@ def rehearse(session) -> list[RunSummary]:
     params = SampleParams(users=4, days=2, events_per_day=60)
     saved = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="incremental-assets-rehearsal-") as scratch:
+        source = f"{scratch}/source"
         os.environ.update({
-            "INCREMENTAL_ASSETS_WAREHOUSE": f"{scratch}/warehouse", "INCREMENTAL_ASSETS_SOURCE": f"{scratch}/source",
+            "INCREMENTAL_ASSETS_WAREHOUSE": f"{scratch}/warehouse", "INCREMENTAL_ASSETS_SOURCE": source,
             "INCREMENTAL_ASSETS_CONFIG": os.devnull, "DAGSTER_HOME": f"{scratch}/home",
         })
         try:
-            generate_stream(session, f"{scratch}/source", params)
+            generate_stream(session, source, params)
             settings = IncrementalSettings(start_date=params.start_date.isoformat())
             with DagsterInstance.ephemeral() as instance:
                 runs = run_until_caught_up(settings, report=lambda line: None, instance=instance)
-                append_hours(session, f"{scratch}/source", 1)
+                append_hours(session, source, 1)
                 return [*runs, run_incremental(settings, instance=instance)]
         finally:
             os.environ.clear()

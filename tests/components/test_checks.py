@@ -18,7 +18,7 @@ from incremental_assets.defs.incremental.filtered_events import (
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, FILTERED_EVENTS
 from incremental_assets.lib.catalog import LIFECYCLE as LIFECYCLE_NAME
 from incremental_assets.lib.delta.log import stored_max
-from incremental_assets.lib.delta.spec import WriteMode
+from incremental_assets.lib.delta.spec import Stored, WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, create_with_change_feed, write
 from incremental_assets.lib.incremental.days import mismatched_days
 from incremental_assets.lib.incremental.limits import BatchStats, Cursor, RunLimits, RunState
@@ -228,7 +228,7 @@ def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
     assert stored_max(f"{warehouse}/none", "t") is None
 
 
-def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, warehouse):
+def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, spark_resource, warehouse):
     """The check inside daily_aggregates reads back what is stored for the run's days: here a table
     planted before (invoked directly, no IO manager writes), 3 events on 1 March against the 2 that
     filtered_events holds (as its log counts them)."""
@@ -247,8 +247,8 @@ def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered
     def reconcile(stored_counts):
         rows = spark.createDataFrame(stored_counts, "attribute_key string, event_date date, events long")
         write(spark, rows, WriteRequest(f"{warehouse}/{DAILY_AGGREGATES}", WriteMode.REPLACE))
-        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=events, settings=settings,
-                             state=StateStore()))
+        outputs = list(daily(build_asset_context(partition_key="2024-03-01"), filtered_events=Stored(lambda: events),
+                             settings=settings, state=StateStore(), spark=spark_resource))
         return outputs[-1]
 
     clean = reconcile([("u1", date(2024, 3, 1), 1), ("u2", date(2024, 3, 1), 1)])

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from incremental_assets.cli.runner import process_marked_days, run_days, run_incremental
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
+from incremental_assets.lib import spark as spark_module
 from incremental_assets.lib.catalog import DAILY_MANIFEST
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.generator import SampleParams
@@ -148,6 +149,25 @@ def test_a_thirty_day_backfill_is_one_run_with_per_day_row_counts(spark, warehou
     expected = {r.event_date.isoformat(): r["count"] for r in daily}
     assert counts == {key: expected.get(key, 0) for key in counts}
     assert len({v for v in counts.values()}) > 1
+
+
+def test_a_run_of_days_starts_its_driver_for_the_rows_filtered_events_holds_for_them(spark, warehouse, monkeypatch):
+    """A run of days in a process of its own (a daily run the daemon launches, a UI backfill, the
+    command line's backfill) starts its JVM at its first Spark step, daily_aggregates, once it has
+    counted from filtered_events' log what those days hold: C1 alone and the small-step settings
+    for few rows; both compilers and the session's own settings past SMALL_STEP_ROWS."""
+    chosen = settings()
+    instance, _ = load_and_run(spark, chosen, runs=1)
+    asked, build = [], spark_module.build_spark_session
+    monkeypatch.setattr(spark_module, "build_spark_session", lambda **kw: asked.append(kw.get("small", False)) or build(**kw))
+    assert run_days(chosen, date(2024, 3, 1), date(2024, 3, 2), instance).success
+    assert asked[0] is True, "the run's first Spark step asks for a driver sized for the days' few rows"
+    assert {key: spark.conf.get(key) for key in spark_module.SIZED_CONF} == spark_module.SIZED_CONF
+    monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the days' rows are "many"
+    asked.clear()
+    assert run_days(chosen, date(2024, 3, 1), date(2024, 3, 2), instance).success
+    assert asked[0] is False, "a driver for many rows keeps C2"
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true" and spark.conf.get(spark_module.SHUFFLE_PARTITIONS) != "1"
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,12 @@ from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.read import count_by, read_table
 from incremental_assets.lib.delta.log import row_count
-from incremental_assets.lib.delta.spec import Rows, delta_table, partition_window
+from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.spark import SparkResource, size_for
+from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms import violations as V
@@ -70,16 +70,18 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         "attribute. A partition is always recomputed whole from filtered_events (replaceWhere on its days).",
     )
     def daily_aggregates(
-        context: AssetExecutionContext, filtered_events: DataFrame, settings: IncrementalSettings, state: StateStore
+        context: AssetExecutionContext, filtered_events: Stored, settings: IncrementalSettings, state: StateStore,
+        spark: SparkResource,
     ):
         start_writing(context, settings, state)  # a day aggregated under other definitions would mix
         window = partition_window("event_date", context.partition_time_window)
-        # What filtered_events holds for those days (from its log's file statistics: no scan):
-        # Spark's settings for that many rows, and what the stored aggregates must reconcile with.
-        spark = filtered_events.sparkSession
-        held = count_by(spark, table_uri(FILTERED_EVENTS), "event_date", window)
-        size_for(spark, sum(held.values()))
-        day_events = filtered_events.where(window.condition(filtered_events.schema["event_date"].dataType))
+        # What filtered_events holds for those days (from its log's file statistics: no scan): the
+        # session and Spark's settings for that many rows (a run of days in a process of its own
+        # starts its driver for them), and what the stored aggregates must reconcile with.
+        held = count_by(lambda: spark.spark_session, table_uri(FILTERED_EVENTS), "event_date", window)
+        session = spark.session_for(sum(held.values()))
+        events = filtered_events.frame
+        day_events = events.where(window.condition(events.schema["event_date"].dataType))
         partials = daily_partials(day_events, settings.attribute_specs(), settings.attribute_key).cache()
         per_day = {r.event_date: r.events for r in partials.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
         yield Output(
@@ -96,7 +98,7 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
             state.save_days(processed_days(days, per_day, state.days(), utcnow(), run_id))
         # The IO manager has written the window: reconcile what is stored for those days with the
         # rows filtered_events holds for them.
-        stored = read_table(spark, table_uri(DAILY_AGGREGATES))
+        stored = read_table(session, table_uri(DAILY_AGGREGATES))
         per_day = stored.where(window.condition(stored.schema["event_date"].dataType)).groupBy("event_date")
         aggregated = {r.event_date: r.events for r in per_day.agg(F.sum("events").alias("events")).collect()}
         scope = f"event_date in [{window.start.date()}, {window.end.date()})"

@@ -105,7 +105,7 @@ class RowsHandler:
             metadata.update(write_metadata(frame_columns(rows.frame), table.uri, result))
             if rows.merge_floor is not None:
                 metadata[MERGE_FLOOR] = rows.merge_floor.isoformat()
-            metadata.update(partition_counts(context, rows.frame.sparkSession, table))
+            metadata.update(partition_counts(context, spark, table))
         else:
             metadata.update(written=False, **stored_metadata(context, table.uri))
         if rows.note is not None:
@@ -286,7 +286,7 @@ def stored_metadata(context: OutputContext, uri: str) -> dict[str, Any]:
     return {"dagster/column_schema": TableSchema(columns=stored_columns(table)), **rows}
 
 
-def partition_counts(context: OutputContext, spark: SparkSession, table: TableSlice) -> dict[str, Any]:
+def partition_counts(context: OutputContext, spark: Callable[[], SparkSession], table: TableSlice) -> dict[str, Any]:
     """The table's rows (a partitioned write: each partition's own, not the range total)."""
     if table.window is None:
         return {} if context.has_asset_partitions else {"dagster/row_count": row_count(table.uri)}

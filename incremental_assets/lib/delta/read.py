@@ -3,6 +3,8 @@ feed), and row counts by a column inside a window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -26,13 +28,13 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def count_by(spark: SparkSession, uri: str, column: str, window: Window) -> dict:
+def count_by(spark: Callable[[], SparkSession], uri: str, column: str, window: Window) -> dict:
     """Row counts per value of `column` inside `window`: from the log's file statistics when the
-    table is partitioned by `column` (no Spark job), otherwise by a read with partition pruning."""
+    table is partitioned by `column` (no session asked for), otherwise by a read with partition pruning."""
     counts = _partition_counts(stored_table(uri), column, window)
     if counts is not None:
         return counts
-    df = read_table(spark, uri)
+    df = read_table(spark(), uri)
     rows = df.where(window.condition(df.schema[window.column].dataType)).groupBy(column).count().collect()
     return {row[column]: row["count"] for row in rows}
 

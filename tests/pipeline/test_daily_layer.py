@@ -6,7 +6,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -15,7 +15,7 @@ from incremental_assets.cli.runner import process_marked_days, run_days, run_inc
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
 from incremental_assets.lib import spark as spark_module
-from incremental_assets.lib.catalog import DAILY_MANIFEST
+from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_MANIFEST
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
@@ -151,11 +151,13 @@ def test_a_thirty_day_backfill_is_one_run_with_per_day_row_counts(spark, warehou
     assert len({v for v in counts.values()}) > 1
 
 
-def test_a_run_of_days_starts_its_driver_for_the_rows_filtered_events_holds_for_them(spark, warehouse, monkeypatch):
+def test_a_run_of_days_or_of_attributes_starts_its_driver_for_the_rows_it_reads(spark, warehouse, monkeypatch):
     """A run of days in a process of its own (a daily run the daemon launches, a UI backfill, the
     command line's backfill) starts its JVM at its first Spark step, daily_aggregates, once it has
-    counted from filtered_events' log what those days hold: C1 alone and the small-step settings
-    for few rows; both compilers and the session's own settings past SMALL_STEP_ROWS."""
+    counted from filtered_events' log what those days hold; a run of attributes and their history
+    alone (what attributes_after_daily_aggregates requests) once it has counted daily_aggregates'
+    rows. C1 alone and the small-step settings for few rows; both compilers and the session's own
+    settings past SMALL_STEP_ROWS."""
     chosen = settings()
     instance, _ = load_and_run(spark, chosen, runs=1)
     asked, build = [], spark_module.build_spark_session
@@ -163,7 +165,12 @@ def test_a_run_of_days_starts_its_driver_for_the_rows_filtered_events_holds_for_
     assert run_days(chosen, date(2024, 3, 1), date(2024, 3, 2), instance).success
     assert asked[0] is True, "the run's first Spark step asks for a driver sized for the days' few rows"
     assert {key: spark.conf.get(key) for key in spark_module.SIZED_CONF} == spark_module.SIZED_CONF
-    monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the days' rows are "many"
+    following = build_definitions(chosen).resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={AssetKey(ATTRIBUTES), AssetKey(ATTRIBUTES_HISTORY)})
+    asked.clear()
+    assert following.execute_in_process(instance=instance).success
+    assert asked[0] is True, "attributes alone: a driver sized for daily_aggregates' few rows"
+    monkeypatch.setattr(spark_module, "SMALL_STEP_ROWS", 0)  # the rows are "many"
     asked.clear()
     assert run_days(chosen, date(2024, 3, 1), date(2024, 3, 2), instance).success
     assert asked[0] is False, "a driver for many rows keeps C2"

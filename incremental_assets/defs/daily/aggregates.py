@@ -17,7 +17,6 @@ from dagster import (
     Output,
     asset_check,
 )
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
@@ -115,12 +114,13 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
     "recomputed from daily_aggregates after every change to it.",
 )
 def attributes(
-    context: AssetExecutionContext, daily: DataFrame, settings: IncrementalSettings, state: StateStore
+    context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ) -> Rows:
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
-    # a row per key: at most one per stored partial (from the log)
-    return Rows(attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day()),
-                rows_at_most=row_count(table_uri(DAILY_AGGREGATES)))
+    partials = row_count(table_uri(DAILY_AGGREGATES))  # from the log: the session for them, as daily_aggregates
+    spark.session_for(partials)
+    # a row per key: at most one per stored partial
+    return Rows(attributes_from_daily(daily.frame, settings.attribute_specs(), settings.reference_day()), rows_at_most=partials)
 
 
 @asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")

@@ -24,9 +24,10 @@ from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES,
 from incremental_assets.lib.checks import from_offending_rows
 from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
 from incremental_assets.lib.delta.read import read_table
-from incremental_assets.lib.delta.spec import Rows, delta_table
+from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms import violations as V
@@ -74,21 +75,25 @@ class BuiltFrom:
     "every declared attribute as of the end of each of those days (valid_to null: the current values). "
     "Kept from daily_aggregates: a recomputed day rebuilds its keys' rows from that day on, nothing else.",
 )
-def attributes_history(context: AssetExecutionContext, daily: DataFrame, settings: IncrementalSettings, state: StateStore):
+def attributes_history(
+    context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
+):
     start_writing(context, settings, state)  # a run of the history alone (attributes_after_daily_aggregates)
     uri, daily_uri = table_uri(ATTRIBUTES_HISTORY), table_uri(DAILY_AGGREGATES)
     specs, through = settings.attribute_specs(), settings.reference_day()
     source = stored_table(daily_uri)
     now = BuiltFrom(source.metadata().id, source.version(), through)
-    stored = read_table(daily.sparkSession, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
+    session = spark.session_for(row_count(daily_uri))  # from the log: the session for the partials it may read
+    partials = daily.frame
+    stored = read_table(session, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
     before = BuiltFrom.stored(uri) if stored is not None else None
-    first_days = keys_to_recompute(daily, daily_uri, stored, before, now, specs)
+    first_days = keys_to_recompute(partials, daily_uri, stored, before, now, specs)
     if first_days is None:
         yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {before.version}"})
         yield AssetCheckResult(check_name=TILED, passed=True, metadata={"checked": "nothing: no key recomputed"})
         return
     first_days = first_days.cache()
-    changes = history_changes(daily, stored, first_days, specs, through).cache()
+    changes = history_changes(partials, stored, first_days, specs, through).cache()
     count, keys = changes.count(), first_days.count()
     scope = "every key from its first day" if before is None else f"the keys daily_aggregates changed since version {before.version}"
     context.log.info(f"attributes_history: {scope} ({keys} keys), through {through}: {count} rows to write")
@@ -98,7 +103,7 @@ def attributes_history(context: AssetExecutionContext, daily: DataFrame, setting
     )
     changes.unpersist()
     if count:
-        written = read_table(daily.sparkSession, uri).join(first_days.select("attribute_key"), "attribute_key")
+        written = read_table(session, uri).join(first_days.select("attribute_key"), "attribute_key")
         yield from_offending_rows(
             V.interval_violations(written, [spec.name for spec in specs]), "intervals that do not tile their key's days",
             f"the {keys} keys recomputed", check_name=TILED,

@@ -111,9 +111,10 @@ DELTA_CONF = {
 JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
 # A driver started for a small step (up to SMALL_STEP_ROWS) compiles with the quick compiler (C1)
 # only: the optimising one (C2) took about half the CPU of such a run in its own process and paid
-# nothing back before it ended, while both cores were busy with the run. A run of days is sized by
-# the rows filtered_events holds for them. A driver started without a size (the warm worker, a
-# load) or for a big window keeps both: over millions of rows C2's code pays (benchmarks/engine.md).
+# nothing back before it ended, while both cores were busy with the run. A run of days, or of
+# attributes alone, is sized by the rows it reads (from the log). A driver started without a size
+# (the warm worker, a load) or for a big window keeps both: over millions of rows C2's code pays
+# (benchmarks/engine.md).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # The driver JVM's class-data-sharing archive: the classes a run loads (the JDK's, Spark's, Delta's),
 # mapped from one file when the JVM starts instead of read from the jars, parsed and verified again

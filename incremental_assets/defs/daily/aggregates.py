@@ -117,10 +117,11 @@ def attributes(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ) -> Rows:
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
-    partials = row_count(table_uri(DAILY_AGGREGATES))  # from the log: the session for them, as daily_aggregates
-    spark.session_for(partials)
+    partial_rows = row_count(table_uri(DAILY_AGGREGATES))  # from the log, before any read
+    spark.session_for(partial_rows)  # a run of attributes alone starts its driver for them
     # a row per key: at most one per stored partial
-    return Rows(attributes_from_daily(daily.frame, settings.attribute_specs(), settings.reference_day()), rows_at_most=partials)
+    return Rows(attributes_from_daily(daily.frame, settings.attribute_specs(), settings.reference_day()),
+                rows_at_most=partial_rows)
 
 
 @asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")

@@ -136,6 +136,20 @@ def test_a_window_of_few_rows_runs_its_spark_steps_with_the_small_step_settings(
     assert expressions == "FALLBACK", "expressions compiled again, as Spark does by default"
 
 
+def test_identifier_expressions_are_checked_in_the_session_sized_for_the_window(spark, warehouse, monkeypatch, tmp_path, sessions_asked):
+    """A deployment's own identifier expressions are parsed by Spark before the run writes: in the
+    session its window's rows call for (the run's first Spark step), not in one started unsized."""
+    source = str(tmp_path / "source_events")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_SOURCE", source)
+    write_events(spark, events_frame(spark, FIRST_LOADS), source, "append")
+    chosen = IncrementalSettings(**SETTINGS, session_identifier_sql="concat(domain_sessionid, '-web')")
+    result = build_definitions(chosen).resolve_job_def(INCREMENTAL_JOB).execute_in_process(
+        instance=DagsterInstance.ephemeral(), run_config={"ops": {"new_event_limits": {"config": {"now": NOW}}}})
+    assert result.success
+    assert sessions_asked[0] is True, "new_event_limits asks for the session sized for the window's few rows"
+    assert read_table(spark, f"{warehouse}/sessions").where(F.col("session_identifier").endswith("-web")).count() > 0
+
+
 def test_a_run_repeated_with_nothing_new_reads_and_writes_nothing(runner, warehouse, sessions_asked):
     """Once every asset reached 'now', a run at the same 'now' skips the session layer: no read,
     no write (no step asks for Spark), the manifest where it was, and an empty batch."""

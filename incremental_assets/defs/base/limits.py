@@ -36,7 +36,9 @@ from incremental_assets.lib.incremental.run_plan import (
     waiting_behind_cursor,
 )
 from incremental_assets.lib.settings import IncrementalSettings
-from incremental_assets.lib.source.contract import SourceContractError, arrived_since, first_after, require_processable
+from incremental_assets.lib.source.contract import (
+    SourceContractError, arrived_since, first_after, require_processable, rows_within,
+)
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.records import ManifestEntry
@@ -130,20 +132,19 @@ def new_event_limits(
     context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, state: StateStore,
     spark: SparkResource,
 ) -> Output[RunPlan]:
+    source, models, entries = source_table_uri(), incremental_models_in_run(context), state.entries()
+    limits = decide_limits(config, settings, entries, models)
     try:  # before this run writes anything, its record and lease included
-        require_processable(source_table_uri(), settings)
-        if settings.session_identifier_sql or settings.user_identifier_sql:  # Spark parses them
-            require_identifier_sql(spark.spark_session, source_table_uri(), settings)
+        require_processable(source, settings)
+        if settings.session_identifier_sql or settings.user_identifier_sql:  # Spark parses them, in the run's session
+            require_identifier_sql(spark.session_for(rows_within(source, settings, limits.lower, limits.upper)), source, settings)
     except SourceContractError as error:
         raise Failure(description=str(error)) from None
-    models = incremental_models_in_run(context)
-    entries = state.entries()
-    limits = decide_limits(config, settings, entries, models)
     for line in limits.log_lines:
         context.log.info(line)
     start_writing(context, settings, state, (limits.lower, limits.upper))  # refused while a plan is pending; the lease
     plans = read_rows(table_uri(NEW_EVENT_LIMITS))
-    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source_table_uri(), plans, state)
+    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source, plans, state)
     if note:
         context.log.info(note)
     if plan.quiet is not None:

@@ -177,6 +177,21 @@ def test_a_run_of_days_or_of_attributes_starts_its_driver_for_the_rows_it_reads(
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true" and spark.conf.get(spark_module.SHUFFLE_PARTITIONS) != "1"
 
 
+def test_a_run_of_days_or_of_attributes_without_its_input_table_is_refused_before_it_writes(warehouse):
+    """Their input is read only after the step has asked for its session (above): a missing table
+    is still named before the run takes the lease or records anything."""
+    chosen, instance = settings(), DagsterInstance.ephemeral()
+    summary = run_days(chosen, date(2024, 3, 1), date(2024, 3, 1), instance)
+    assert not summary.success and f"No Delta table at {warehouse}/filtered_events" in summary.error, summary.error
+    following = build_definitions(chosen).resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={AssetKey(ATTRIBUTES), AssetKey(ATTRIBUTES_HISTORY)})
+    result = following.execute_in_process(instance=instance, raise_on_error=False)
+    assert not result.success
+    errors = [event.event_specific_data.error.to_string() for event in result.all_events if event.is_step_failure]
+    assert errors and all(f"No Delta table at {warehouse}/daily_aggregates" in error for error in errors), errors
+    assert not list(Path(warehouse).iterdir()), "nothing written: no lease, no run-log record, no fingerprint"
+
+
 @pytest.mark.parametrize(
     "definition, message",
     [

@@ -14,9 +14,15 @@ from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 
 
 def read_table(spark: SparkSession, uri: str) -> DataFrame:
+    require_table(uri)
+    return spark.read.format("delta").load(uri)
+
+
+def require_table(uri: str) -> None:
+    """Raise when no Delta table is at `uri`: what a step reading it would meet, said before the
+    step writes anything when it reads its input only later (`Stored`)."""
     if not table_exists(uri):
         raise FileNotFoundError(f"No Delta table at {uri}: materialize the asset that writes it first")
-    return spark.read.format("delta").load(uri)
 
 
 def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int | None = None) -> DataFrame:

@@ -84,7 +84,7 @@ def attributes_history(
     specs, through = settings.attribute_specs(), settings.reference_day()
     source = stored_table(daily_uri)
     now = BuiltFrom(source.metadata().id, source.version(), through)
-    session = spark.session_for(row_count(daily_uri))  # from the log: the session for the partials it may read
+    session = spark.session_for(source.count())  # the partials it may read, from the log just opened
     partials = daily.frame
     stored = read_table(session, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
     before = BuiltFrom.stored(uri) if stored is not None else None

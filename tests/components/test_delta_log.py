@@ -1,12 +1,21 @@
 """The read layer's small-table reads (lib/delta/log.read_rows): a version read before is not read
-again, and what a caller gets is the table's rows as they are now."""
+again, and what a caller gets is the table's rows as they are now; and the logs the writers leave
+are quick to open."""
 
+import json
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import types as T
 
+from incremental_assets.lib.catalog import RUN_LOG
 from incremental_assets.lib.delta.log import read_rows
+from incremental_assets.lib.delta.spec import TableSpec, WriteMode
+from incremental_assets.lib.delta.write import Txn, append_rows, create_with_change_feed
+from incremental_assets.lib.state.run_log import PROCESSED
+from incremental_assets.lib.state.store import StateStore
 
 
 def test_rows_read_again_follow_a_new_version_a_table_made_afresh_and_ignore_a_callers_change(tmp_path, monkeypatch):
@@ -30,3 +39,23 @@ def test_rows_read_again_follow_a_new_version_a_table_made_afresh_and_ignore_a_c
     assert read_rows(uri) == [{"k": "c", "n": 3}]
     shutil.rmtree(uri)
     assert read_rows(uri) is None
+
+
+def test_the_tables_runs_write_checkpoint_their_log_every_ten_commits(spark, warehouse):
+    """Finding: most commits here are deltalake's, which checkpoints every hundred by default, so each
+    of a run's opens of a table (about 120 per run) read up to 99 commit files: a cost that grew with
+    history, and a request each on an object store. The run log (the state store's), and a table made
+    by the IO manager's Spark writer that deltalake then appends to (as filtered_events is), each
+    after twelve commits: opened from a checkpoint at most nine commits old."""
+    state = StateStore()
+    made_by_spark = f"{warehouse}/made_by_spark"
+    create_with_change_feed(spark, made_by_spark, T.StructType([T.StructField("k", T.StringType())]), [],
+                            TableSpec(WriteMode.APPEND).table_properties(["k"]))
+    for n in range(12):
+        state.record(f"run-{n}", "filtered_events", PROCESSED, {})
+        append_rows(made_by_spark, pa.table({"k": [f"row-{n}"]}), Txn(f"run-{n}"))
+    for uri in (state.uri(RUN_LOG), made_by_spark):
+        version = DeltaTable(uri).version()
+        last = Path(uri) / "_delta_log" / "_last_checkpoint"
+        checkpoint = json.loads(last.read_text())["version"] if last.exists() else None
+        assert version >= 11 and checkpoint is not None and version - checkpoint <= 9, (uri, version, checkpoint)

@@ -31,6 +31,12 @@ class WriteMode(str, Enum):
 # The column of an apply_changes write that says a row deletes the stored row with its keys.
 DELETED = "_deleted"
 
+# Every table the project creates checkpoints its log every ten commits. Most commits here are
+# deltalake's, whose default is a hundred: each open of a table (a run opens its tables about 120
+# times, benchmarks/log_opens.py) read up to 99 commit files after the last checkpoint, a cost that
+# grew with history and was one request each on an object store.
+LOG_CHECKPOINTS = {"delta.checkpointInterval": "10"}
+
 
 class DeltaWriteError(ValueError):
     """A write that would lose or corrupt data, refused before anything is written."""
@@ -113,11 +119,11 @@ class TableSpec:
     def table_properties(self, columns: list[str]) -> dict[str, str]:
         """Delta table properties for a table of `columns` (a stats column the data lacks is left out)."""
         if self.stats_columns is None:
-            return {}
+            return dict(LOG_CHECKPOINTS)
         kept = [column for column in self.stats_columns if column in columns]
         if not kept:
-            return {"delta.dataSkippingNumIndexedCols": "0"}
-        return {"delta.dataSkippingStatsColumns": ",".join(kept)}
+            return {**LOG_CHECKPOINTS, "delta.dataSkippingNumIndexedCols": "0"}
+        return {**LOG_CHECKPOINTS, "delta.dataSkippingStatsColumns": ",".join(kept)}
 
     def validate(self) -> None:
         if self.write_mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT, WriteMode.APPLY_CHANGES) and not self.keys:

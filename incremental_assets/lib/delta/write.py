@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_table, table_exists
 from incremental_assets.lib.delta.read import partition_kind
-from incremental_assets.lib.delta.spec import DELETED, DeltaWriteError, Window, WriteMode
+from incremental_assets.lib.delta.spec import DELETED, LOG_CHECKPOINTS, DeltaWriteError, Window, WriteMode
 
 # A MERGE takes its transaction identifier from the session, not from writer options.
 TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
@@ -243,7 +243,8 @@ def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     if committed(stored, txn):
         return _already_committed(stored)
     # "merge": a record gains the columns a newer release adds to it
-    deltalake.write_deltalake(uri, rows, mode="append", schema_mode="merge", commit_properties=_commit_properties(txn))
+    deltalake.write_deltalake(uri, rows, mode="append", schema_mode="merge", configuration=LOG_CHECKPOINTS,
+                              commit_properties=_commit_properties(txn))
     return last_commit(uri)
 
 

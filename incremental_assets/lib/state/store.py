@@ -26,6 +26,7 @@ from pydantic import Field
 from incremental_assets.lib.catalog import DAILY_MANIFEST, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
 from incremental_assets.lib.delta.conditional import ensure_conditional_writes
 from incremental_assets.lib.delta.log import data_files, read_rows, stored_table
+from incremental_assets.lib.delta.spec import LOG_CHECKPOINTS
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
 from incremental_assets.lib.state.records import TO_PROCESS, DayStatus, ManifestEntry
@@ -315,7 +316,8 @@ class StateStore(ConfigurableResource):
         """The run log as it is now, created (empty) if it does not exist yet."""
         table = stored_table(self.uri(RUN_LOG))
         if table is None:
-            write_deltalake(self.uri(RUN_LOG), RUN_LOG_SCHEMA.empty_table(), mode="append", partition_by=["day"])
+            write_deltalake(self.uri(RUN_LOG), RUN_LOG_SCHEMA.empty_table(), mode="append", partition_by=["day"],
+                            configuration=LOG_CHECKPOINTS)
             table = DeltaTable(self.uri(RUN_LOG))
         return table
 
@@ -327,7 +329,7 @@ class StateStore(ConfigurableResource):
         data = pa.Table.from_pylist([{name: aware(value) for name, value in row.items()} for row in rows], RUN_LOG_SCHEMA)
         uri = self.uri(RUN_LOG)
         if unchanged_since is None:  # "merge": a run log of an earlier release gains the new columns
-            write_deltalake(uri, data, mode="append", partition_by=["day"], schema_mode="merge")
+            write_deltalake(uri, data, mode="append", partition_by=["day"], schema_mode="merge", configuration=LOG_CHECKPOINTS)
         else:
             snapshot, since = unchanged_since
             same_row = " AND ".join(f"t.{c} = s.{c}" for c in ("run_id", "asset", "status", "recorded_at"))
@@ -346,7 +348,7 @@ class StateStore(ConfigurableResource):
         uri = self.uri(table)
         target = stored_table(uri)
         if target is None:
-            write_deltalake(uri, data, mode="error", commit_properties=properties)
+            write_deltalake(uri, data, mode="error", configuration=LOG_CHECKPOINTS, commit_properties=properties)
             return
         (
             target.merge(

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
-from incremental_assets.lib.delta.read import count_by, read_table, require_table
+from incremental_assets.lib.delta.read import count_by, read_table
 from incremental_assets.lib.delta.log import row_count
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
@@ -72,7 +72,6 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         context: AssetExecutionContext, filtered_events: Stored, settings: IncrementalSettings, state: StateStore,
         spark: SparkResource,
     ):
-        require_table(table_uri(FILTERED_EVENTS))  # its rows are read later: without them, refused before the lease
         start_writing(context, settings, state)  # a day aggregated under other definitions would mix
         window = partition_window("event_date", context.partition_time_window)
         # What filtered_events holds for those days (from its log's file statistics: no scan): the
@@ -117,7 +116,6 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 def attributes(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ) -> Rows:
-    require_table(table_uri(DAILY_AGGREGATES))  # its rows are read later: without them, refused before the lease
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
     partial_rows = row_count(table_uri(DAILY_AGGREGATES))  # from the log, before any read
     spark.session_for(partial_rows)  # a run of attributes alone starts its driver for them

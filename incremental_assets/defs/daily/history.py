@@ -23,7 +23,7 @@ from incremental_assets.lib.attributes import AttributeSpec
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
 from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
-from incremental_assets.lib.delta.read import read_table, require_table
+from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.settings import IncrementalSettings
@@ -79,7 +79,6 @@ def attributes_history(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ):
     uri, daily_uri = table_uri(ATTRIBUTES_HISTORY), table_uri(DAILY_AGGREGATES)
-    require_table(daily_uri)  # its rows are read later: without them, refused before the lease
     start_writing(context, settings, state)  # a run of the history alone (attributes_after_daily_aggregates)
     specs, through = settings.attribute_specs(), settings.reference_day()
     source = stored_table(daily_uri)

@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
-from incremental_assets.lib.delta.read import count_by, partition_kind, read_table
+from incremental_assets.lib.delta.read import count_by, partition_kind, read_table, require_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
     METADATA_KEY,
@@ -136,6 +136,7 @@ class RowsHandler:
             return frame
 
         if context.dagster_type.typing_type is Stored:
+            require_table(table.uri)  # its rows are read later: a missing one is refused now, before the step writes
             return Stored(rows, noted(table.uri, table.run_id))
         return rows()
 

@@ -11,7 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
 from incremental_assets.lib.catalog import RUN_LOG
-from incremental_assets.lib.delta.log import read_rows
+from incremental_assets.lib.delta.log import first_data_change, read_rows
 from incremental_assets.lib.delta.spec import TableSpec, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows, create_with_change_feed
 from incremental_assets.lib.state.run_log import PROCESSED
@@ -59,3 +59,21 @@ def test_the_tables_runs_write_checkpoint_their_log_every_ten_commits(spark, war
         last = Path(uri) / "_delta_log" / "_last_checkpoint"
         checkpoint = json.loads(last.read_text())["version"] if last.exists() else None
         assert version >= 11 and checkpoint is not None and version - checkpoint <= 9, (uri, version, checkpoint)
+
+
+def test_the_first_data_change_skips_compactions_and_property_commits_and_assumes_one_when_a_commit_is_gone(tmp_path):
+    uri = str(tmp_path / "table")
+    write_deltalake(uri, pa.table({"k": ["a"]}))  # 0: rows
+    write_deltalake(uri, pa.table({"k": ["b"]}), mode="append")  # 1: rows
+    table = DeltaTable(uri)
+    table.optimize.compact()  # 2: the same rows in one file
+    table.alter.set_table_properties({"delta.checkpointInterval": "10"})  # 3: a property
+    assert table.version() == 3
+    assert first_data_change(uri, 0, 3) == 0
+    assert first_data_change(uri, 1, 3) == 1
+    assert first_data_change(uri, 2, 3) is None
+    write_deltalake(uri, pa.table({"k": ["c"]}), mode="append")  # 4: rows
+    assert first_data_change(uri, 2, 4) == 4
+
+    (Path(uri) / "_delta_log" / f"{3:020d}.json").rename(tmp_path / "moved-aside.json")
+    assert first_data_change(uri, 2, 4) == 2, "what a missing commit did cannot be told: the first is taken"

@@ -320,6 +320,15 @@ def partitions_added(uri: str, version: int, column: str) -> list:
     return sorted({value for path, value in values if path not in before})
 
 
+def first_data_change(uri: str, first: int, last: int) -> int | None:
+    """The first of commits `first`..`last` that changed data (a compaction or a property change
+    does not), None when none did; `first` itself when a commit file in between is gone."""
+    commits = _commit_actions(uri, range(first, last + 1))
+    if commits is None:
+        return first
+    return next((version for version, actions in zip(range(first, last + 1), commits) if _commit(actions).data_change), None)
+
+
 def partitions_changed(uri: str, since: int, column: str) -> set | None:
     """The values of partition `column` (as the log writes them: text) of the files that commits
     after version `since` added or removed, data changes only (a compaction moves rows: none);

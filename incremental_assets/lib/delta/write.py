@@ -230,6 +230,16 @@ def compact(table: deltalake.DeltaTable, partitions: list[tuple] | None, zorder_
         table.optimize.compact(partition_filters=partitions)
 
 
+def keep_log_checkpoints(table: deltalake.DeltaTable) -> bool:
+    """Give a table an earlier release made the log checkpoints every table is now made with
+    (LOG_CHECKPOINTS): one commit that changes no data, once. Whether it was needed."""
+    configuration = table.metadata().configuration
+    if all(configuration.get(key) == value for key, value in LOG_CHECKPOINTS.items()):
+        return False
+    table.alter.set_table_properties(LOG_CHECKPOINTS)
+    return True
+
+
 def vacuum(uri: str, retention_hours: float) -> None:
     """VACUUM with deltalake (Spark's lists files with 10,000 tasks by default, slow even for a
     tiny table), never within Delta's own default retention."""

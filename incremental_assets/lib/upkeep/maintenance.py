@@ -8,7 +8,8 @@ Z-ordered by the columns `maintenance_zorder_by` names for a table (the ones its
 Both are deltalake's, in this process: no Spark job, and no Spark session to start.
 VACUUM keeps `maintenance_retention_hours` of history, never less than Delta's own default of
 seven days, and leaves filtered_events alone while the daily manifest still has to read the change
-feed of a version older than that.
+feed of a commit older than that. A table an earlier release made gets the log checkpoints every
+table is now made with.
 """
 
 from dataclasses import dataclass
@@ -19,8 +20,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from incremental_assets.lib.catalog import FILTERED_EVENTS
-from incremental_assets.lib.delta.log import data_files
-from incremental_assets.lib.delta.write import compact, vacuum
+from incremental_assets.lib.delta.log import data_files, first_data_change
+from incremental_assets.lib.delta.write import compact, keep_log_checkpoints, vacuum
 from incremental_assets.lib.state.store import StateStore
 
 
@@ -49,13 +50,16 @@ def new_files_since_last_optimize(table: DeltaTable) -> tuple[int, object]:
 
 
 def oldest_unread_change(state: StateStore) -> datetime | None:
-    """When the oldest filtered_events version the daily manifest has not counted yet was committed."""
-    table = DeltaTable(state.uri(FILTERED_EVENTS))
+    """When the oldest filtered_events commit that changed data and that the daily manifest has not
+    counted yet was committed: a compaction or a property change leaves no change feed to read."""
+    uri = state.uri(FILTERED_EVENTS)
+    table = DeltaTable(uri)
     consumed = state.consumed_version()
     first_unread = 0 if consumed is None else consumed + 1
-    if first_unread > table.version():
+    unread = first_data_change(uri, first_unread, table.version())
+    if unread is None:
         return None
-    entry = next(e for e in table.history() if e["version"] == first_unread)
+    entry = next(e for e in table.history() if e["version"] == unread)
     return datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
 
 
@@ -65,6 +69,7 @@ def maintain(
     uri = state.uri(table_name)
     table = DeltaTable(uri)
     before = len(table.file_uris())
+    notes = ["log checkpointed every ten commits from now"] if keep_log_checkpoints(table) else []
     new_files, first_partition = new_files_since_last_optimize(table)
     compacted = None
     if new_files:  # compaction leaves a partition holding a single file as it is; Z-ordering rewrites it
@@ -75,15 +80,15 @@ def maintain(
         else:
             compacted, partitions = "all", None
         compact(table, partitions, zorder_by)
-    note, vacuumed = "", True
+    vacuumed = True
     if table_name == FILTERED_EVENTS:
         unread = oldest_unread_change(state)
         if unread is not None and unread < now - timedelta(hours=retention_hours):
             vacuumed = False
-            note = f"not vacuumed: the daily manifest has not read the change feed of {unread} yet"
+            notes.append(f"not vacuumed: the daily manifest has not read the change feed of {unread} yet")
     if vacuumed:
         vacuum(uri, retention_hours)
-    return TablePass(table_name, before, len(DeltaTable(uri).file_uris()), compacted, vacuumed, note)
+    return TablePass(table_name, before, len(DeltaTable(uri).file_uris()), compacted, vacuumed, "; ".join(notes))
 
 
 def _literal(value) -> str:

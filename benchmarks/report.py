@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/report.py [results.json] [--out benchmarks/]
 
 bench.py calls write_report after every bench; run this alone to render a results.json again.
-Adds the maintenance pass (benchmarks/results/maintenance.json, `make bench-maintenance`), the
-whole-process runs (benchmarks/results/process.json, `make bench-process`) and local disk against
-the object store (benchmarks/results/object_store.json, `make bench-object-store`) when they are there.
+Adds the parts other commands measure (PARTS: `make bench-process`, `make bench-object-store`,
+`make bench-maintenance`, `make bench-history`) from their numbers in benchmarks/results/ when they
+are there; a part whose numbers are not (that folder is not in git) keeps its section as results.md
+has it. Comparisons measured by hand, before and after a change, live in comparisons.md.
 """
 
 from __future__ import annotations
@@ -39,7 +40,21 @@ def write_report(results: dict, command: str, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     cost_vs_window(results, out_dir / "cost_vs_window.png")
     cost_vs_history(results, out_dir / "cost_vs_history.png")
-    (out_dir / "results.md").write_text("\n".join(markdown(results, command)) + "\n")
+    report = out_dir / "results.md"
+    kept = sections(report.read_text()) if report.exists() else {}
+    report.write_text("\n".join(markdown(results, command, kept)) + "\n")
+
+
+def sections(text: str) -> dict[str, list[str]]:
+    """A results.md's sections by title, each its lines from its title on."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = found.setdefault(line[3:], [])
+        if current is not None:
+            current.append(line)
+    return found
 
 
 def measured_again(results: dict) -> str:
@@ -53,7 +68,7 @@ def histories(results: dict) -> dict[int, dict]:
     return {days: found[f"{days}_days"] for days in results["size"]["histories"]}
 
 
-def markdown(results: dict, command: str) -> list[str]:
+def markdown(results: dict, command: str, kept: dict[str, list[str]] | None = None) -> list[str]:
     size, steady = results["size"], results["steady_state"]
     days = histories(results)
     first, last = size["histories"][0], size["histories"][-1]
@@ -71,7 +86,8 @@ def markdown(results: dict, command: str) -> list[str]:
         ),
         (
             "Targets: the project's performance targets (✓ met, ✗ not). "
-            "Every number, with Spark's jobs by call site: [results.json](results.json)."
+            "Every number, with Spark's jobs by call site: [results.json](results.json). "
+            "Changes measured side by side, before and after: [comparisons.md](comparisons.md)."
         ),
         "",
         "![Run time against the new events in the run](cost_vs_window.png)",
@@ -192,14 +208,11 @@ def markdown(results: dict, command: str) -> list[str]:
         "A cold Spark start with Delta in a fresh process: the floor under every run in its own process.",
         [("cold Spark start with Delta", s(results["spark_start_seconds"]), "")],
     )
-    if PROCESS.exists():
-        lines.extend(whole_process(json.loads(PROCESS.read_text())))
-    if OBJECT_STORE.exists():
-        lines.extend(object_store(json.loads(OBJECT_STORE.read_text())))
-    if MAINTENANCE.exists():
-        lines.extend(maintenance(json.loads(MAINTENANCE.read_text())))
-    if HISTORY.exists():
-        lines.extend(attributes_history(json.loads(HISTORY.read_text())))
+    for title, numbers, render in PARTS:
+        if numbers.exists():
+            lines.extend(render(json.loads(numbers.read_text())))
+        elif title in (kept or {}):
+            lines.extend(kept[title])
     return lines
 
 
@@ -346,6 +359,16 @@ def maintenance(m: dict) -> list[str]:
         "Same rows after maintenance: " + ("every table." if not changed else f"**not** in {', '.join(changed)}."),
         "",
     ]
+
+
+# The parts other commands measure, by their section's title: rendered from their numbers when
+# there, else kept as results.md has them.
+PARTS = (
+    ("A run as a whole process", PROCESS, whole_process),
+    ("Local disk and an object store, side by side", OBJECT_STORE, object_store),
+    ("Maintenance", MAINTENANCE, maintenance),
+    ("Attributes history", HISTORY, attributes_history),
+)
 
 
 def step_names(steps: dict[str, float]) -> dict[str, float]:

@@ -1,0 +1,34 @@
+"""benchmarks/report.py renders results.md from the bench's numbers; a part another command measured,
+whose numbers this checkout does not have (benchmarks/results/ is not in git), keeps its section."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+_spec = importlib.util.spec_from_file_location("bench_report", BENCHMARKS / "report.py")  # not a package
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def test_a_part_without_its_numbers_keeps_its_section_and_one_with_them_is_rendered_again(tmp_path, monkeypatch):
+    results = json.loads((BENCHMARKS / "results.json").read_text())
+    old = "\n".join([
+        "# Benchmark results", "", "## Empty and quiet runs", "", "stale figures",
+        "## A run as a whole process", "", "figures of an earlier measurement", "",
+        "## Maintenance", "", "maintenance figures", "",
+    ])
+    kept = report.sections(old)
+    assert kept["A run as a whole process"] == ["## A run as a whole process", "", "figures of an earlier measurement", ""]
+
+    (tmp_path / "maintenance.json").write_text(json.dumps({"files": 42}))
+    monkeypatch.setattr(report, "PARTS", (
+        ("A run as a whole process", tmp_path / "process.json", lambda numbers: ["## A run as a whole process", "new"]),
+        ("Maintenance", tmp_path / "maintenance.json", lambda numbers: ["## Maintenance", f"{numbers['files']} files"]),
+        ("Attributes history", tmp_path / "attributes_history.json", lambda numbers: ["## Attributes history"]),
+    ))
+    text = "\n".join(report.markdown(results, "make bench", kept))
+    assert "figures of an earlier measurement" in text  # no process.json here: kept
+    assert "42 files" in text and "maintenance figures" not in text  # its numbers are here: rendered again
+    assert "stale figures" not in text  # the bench's own sections are always rendered afresh
+    assert "## Attributes history" not in text  # neither numbers nor a section to keep

@@ -136,8 +136,8 @@ class RowsHandler:
             return frame
 
         if context.dagster_type.typing_type is Stored:
-            require_table(table.uri)  # its rows are read later: a missing one is refused now, before the step writes
-            return Stored(rows, noted(table.uri, table.run_id))
+            opened = require_table(table.uri)  # its rows are read later: a missing one is refused now, before the step writes
+            return Stored(rows, noted(table.uri, table.run_id, table=opened))
         return rows()
 
 

@@ -405,10 +405,11 @@ def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: W
 NOTE_PROPERTY = "incremental_assets.note"  # a step's note for its run's next steps (write.note)
 
 
-def noted(uri: str, run_id: str) -> Mapping[str, Any] | None:
-    """The note the step of run `run_id` stored with the table (write.note); None when it stored
-    none, or when a later run's note has replaced it."""
-    table = stored_table(uri)
+def noted(uri: str, run_id: str, table: deltalake.DeltaTable | None = None) -> Mapping[str, Any] | None:
+    """The note the step of run `run_id` stored with the table (write.note), from `table` when the
+    caller has just opened it; None when it stored none, or when a later run's note has replaced it."""
+    if table is None:
+        table = stored_table(uri)
     raw = table.metadata().configuration.get(NOTE_PROPERTY) if table is not None else None
     if raw is None:
         return None

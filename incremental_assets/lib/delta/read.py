@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import deltalake
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import _partition_counts, stored_table, table_exists
+from incremental_assets.lib.delta.log import _partition_counts, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 
 
@@ -18,11 +19,13 @@ def read_table(spark: SparkSession, uri: str) -> DataFrame:
     return spark.read.format("delta").load(uri)
 
 
-def require_table(uri: str) -> None:
-    """Raise when no Delta table is at `uri`: what a step reading it would meet, said before the
-    step writes anything when it reads its input only later (`Stored`)."""
-    if not table_exists(uri):
+def require_table(uri: str) -> deltalake.DeltaTable:
+    """The table at `uri`, opened from its log; raise when there is none: what a step reading it
+    would meet, said before the step writes anything when it reads its input only later (`Stored`)."""
+    table = stored_table(uri)
+    if table is None:
         raise FileNotFoundError(f"No Delta table at {uri}: materialize the asset that writes it first")
+    return table
 
 
 def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int | None = None) -> DataFrame:

@@ -59,7 +59,7 @@ def oldest_unread_change(state: StateStore) -> datetime | None:
     unread = first_data_change(uri, first_unread, table.version())
     if unread is None:
         return None
-    entry = next(e for e in table.history() if e["version"] == unread)
+    entry = next(e for e in table.history(table.version() - unread + 1) if e["version"] == unread)  # back to it, not the whole log
     return datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
 
 

@@ -90,6 +90,12 @@ def dagster_home() -> Path:
     return home
 
 
+def run_log_file() -> Path:
+    """Where the command line sends Dagster's event stream and what native code prints (the
+    terminal gets a line per step)."""
+    return dagster_home() / "logs" / "incremental-assets.log"
+
+
 def instance_config(home: Path) -> str:
     """Which dagster.yaml is in force in `home`, and where it keeps runs and events: what `setup`
     tells an operator, whose own file is left as it is."""
@@ -104,3 +110,17 @@ def instance_config(home: Path) -> str:
         storage = (settings.get("run_storage") or {}).get("class", "sqlite")
     whose = "the project's" if text == (PROJECT_ROOT / "dagster.yaml").read_text() else "its own, left as it is"
     return f"{config} ({whose}; storage: {storage})"
+
+
+WRITE_ENGINE_ENV = "INCREMENTAL_ASSETS_WRITE_ENGINE"
+WRITE_ENGINES = ("auto", "spark")
+
+
+def small_writes_by_deltalake() -> bool:
+    """Whether a write of few rows goes through deltalake (`auto`, the default) or every write
+    through Spark (`spark`): an operator's way around a fault in deltalake's path. Both leave the
+    same tables (tests/components/test_write_engines.py)."""
+    engine = os.environ.get(WRITE_ENGINE_ENV, "auto").strip().lower() or "auto"
+    if engine not in WRITE_ENGINES:
+        raise ValueError(f"{WRITE_ENGINE_ENV}={engine!r}: expected one of {', '.join(WRITE_ENGINES)}")
+    return engine == "auto"

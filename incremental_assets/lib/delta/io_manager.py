@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 from dagster import (
     ConfigurableIOManagerFactory,
+    Failure,
     FilesystemIOManager,
     InputContext,
     IOManager,
@@ -168,7 +169,7 @@ class ArrowHandler:
             with reading(table.uri):
                 rows = stored_table(table.uri).to_pyarrow_table()
         else:
-            rows = RowsHandler().load(context, table, spark).toArrow()
+            rows = collect(RowsHandler().load(context, table, spark))
         return rows if context.dagster_type.typing_type is pa.Table else rows.to_pandas()
 
 

@@ -25,9 +25,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.lib.delta.arrow import collect, whole_offsets
 from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_table, table_exists
-from incremental_assets.lib.delta.read import partition_kind
+from incremental_assets.lib.delta.read import count_by, partition_kind
 from incremental_assets.lib.delta.spec import DELETED, LOG_CHECKPOINTS, DeltaWriteError, Window, WriteMode
+from incremental_assets.lib.environment import small_writes_by_deltalake
 
 # A MERGE takes its transaction identifier from the session, not from writer options.
 TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
@@ -113,7 +115,8 @@ class WriteRequest:
 def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteResult:
     """Write `df` as `request` says, in one Delta transaction."""
     uri, mode, keys, partition_by, window = request.uri, request.mode, request.keys, request.partition_by, request.window
-    merge_floor, txn, rows_at_most = request.merge_floor, request.txn, request.rows_at_most
+    merge_floor, txn = request.merge_floor, request.txn
+    rows_at_most = request.rows_at_most if small_writes_by_deltalake() else None  # None: Spark writes it
     one_row_per_key, properties, user_metadata = request.one_row_per_key, request.properties, request.user_metadata
 
     changes = [DELETED] if mode is WriteMode.APPLY_CHANGES else []
@@ -139,7 +142,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
             # value there, and a floor would match none of them. The MERGE reads the whole table.
             merge_floor = None
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None and not emptied:
-            return _merge_small(df.toArrow(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+            return _merge_small(collect(df), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
             if mode is WriteMode.UPSERT:
@@ -157,7 +160,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
             df = df.where(~F.col(DELETED)).drop(DELETED)
             return save("overwrite", overwrite_schema=emptied)
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS:
-            return _apply_changes_small(df.toArrow(), stored, uri, keys, user_metadata)
+            return _apply_changes_small(collect(df), stored, uri, keys, user_metadata)
         return _apply_changes(spark, df, stored, uri, keys, user_metadata)
     replaced = None  # the partition window a replace_partition overwrites (None: the whole table)
     if mode is WriteMode.REPLACE_PARTITION:
@@ -167,7 +170,9 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         replaced = None if stored is None or emptied else (window, kind)  # no stored row: the rows are the table
     appends = mode is WriteMode.APPEND and not emptied
     if rows_at_most is not None and rows_at_most <= SMALL_WRITE_ROWS:
-        return _write_small(df.toArrow(), stored, request, appends, replaced)
+        # the rows a window's replace deletes, counted as Spark's replaceWhere counts them
+        deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window).values())
+        return _write_small(collect(df), stored, request, appends, replaced, deleted)
     if replaced is not None:
         return save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
     if appends:
@@ -177,11 +182,12 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
 
 def _write_small(
     rows: pa.Table, stored: deltalake.DeltaTable | None, request: WriteRequest, appends: bool,
-    replaced: tuple[Window, T.DataType] | None,
+    replaced: tuple[Window, T.DataType] | None, deleted: int = 0,
 ) -> WriteResult:
     """The same append or replace as Spark's in `write`, of rows in hand, by deltalake (no Spark
     job): a window replaced keeps the columns it lacks (as mergeSchema), a whole table takes the
-    rows' columns (as overwriteSchema), and an append of no row commits nothing but its marker."""
+    rows' columns (as overwriteSchema), and an append of no row commits nothing but its marker.
+    `deleted`: the stored rows the window held, reported as Spark reports them."""
     commit = _commit_properties(request.txn, request.user_metadata)
     if appends and rows.num_rows == 0 and stored is not None:
         return _nothing_appended(request.uri, stored.version(), request.user_metadata)
@@ -191,7 +197,8 @@ def _write_small(
         schema_mode="merge" if appends or predicate else "overwrite", partition_by=list(request.partition_by) or None,
         configuration=request.properties, commit_properties=commit,
     )
-    return WriteResult(last_commit(request.uri).version, "WRITE", {"numOutputRows": rows.num_rows})
+    metrics = {"numOutputRows": rows.num_rows, **({"numDeletedRows": deleted} if replaced is not None else {})}
+    return WriteResult(last_commit(request.uri).version, "WRITE", metrics)
 
 
 def _nothing_appended(uri: str, version: int, user_metadata: str | None) -> WriteResult:
@@ -270,7 +277,7 @@ def replace_with(uri: str, rows: pa.Table, partition_by: Sequence[str], properti
     """Replace the whole table at `uri` with `rows` (an ordinary asset's pandas or Arrow value) by
     deltalake, no JVM; the table takes their columns, as a Spark replace's does."""
     request = WriteRequest(uri, WriteMode.REPLACE, partition_by=partition_by, properties=properties)
-    return _write_small(rows, None, request, appends=False, replaced=None)  # a whole replace reads no stored table
+    return _write_small(whole_offsets(rows), None, request, appends=False, replaced=None)  # a whole replace reads no stored table
 
 
 def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:

@@ -1,0 +1,51 @@
+"""Rows handed to deltalake as Arrow, with every offsets buffer whole.
+
+Spark's Arrow writer (Java) sends a variable-width array that holds no value (the strings of a
+batch's lists when every list is empty, say) with an offsets buffer of 0 bytes, where the format
+asks for one offset per value plus one. pyarrow accepts that, and hands it on through the C Data
+Interface as a pointer to its shared zero-size area. The interface carries no buffer sizes, so
+deltalake's arrow-rs reads the missing first offset from that area (-189,153,672, pyarrow's debug
+pattern) and panics as soon as it copies the array: a partitioned write or a MERGE of such rows
+fails with "range start index 18446744073520397944 out of range for slice of length 0".
+docs/upstream/deltalake-empty-offsets.py reproduces it without Spark.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+_OFFSET_BYTES = {
+    pa.types.is_string: 4, pa.types.is_binary: 4, pa.types.is_list: 4, pa.types.is_map: 4,
+    pa.types.is_large_string: 8, pa.types.is_large_binary: 8, pa.types.is_large_list: 8,
+}
+
+
+def collect(df: DataFrame) -> pa.Table:
+    """`df`'s rows in the driver, as deltalake can take them."""
+    return whole_offsets(df.toArrow())
+
+
+def whole_offsets(rows: pa.Table) -> pa.Table:
+    """`rows` with each column chunk that has a short offsets buffer, at any depth, copied anew
+    (Arrow's concatenation allocates every offsets buffer whole); the others as they are."""
+    columns = []
+    for column in rows.columns:
+        chunks = [pa.concat_arrays([chunk]) if short_offsets(chunk) else chunk for chunk in column.chunks]
+        columns.append(pa.chunked_array(chunks, column.type))
+    return pa.Table.from_arrays(columns, schema=rows.schema)
+
+
+def short_offsets(array: pa.Array) -> bool:
+    """Whether `array`, or an array nested in it, has fewer offsets than its values need."""
+    kind = array.type
+    width = next((bytes_ for is_kind, bytes_ in _OFFSET_BYTES.items() if is_kind(kind)), None)
+    if width is not None:
+        offsets = array.buffers()[1]
+        if offsets is None or offsets.size < (array.offset + len(array) + 1) * width:
+            return True
+    if pa.types.is_struct(kind):
+        return any(short_offsets(array.field(i)) for i in range(kind.num_fields))
+    if isinstance(array, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):  # a map is a list of entries
+        return short_offsets(array.values)
+    return False

@@ -11,7 +11,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
 from incremental_assets.lib.catalog import RUN_LOG
-from incremental_assets.lib.delta.log import first_data_change, read_rows
+from incremental_assets.lib.delta.log import first_data_change, read_rows, stored_table
 from incremental_assets.lib.delta.spec import TableSpec, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows, create_with_change_feed
 from incremental_assets.lib.state.run_log import PROCESSED
@@ -77,3 +77,17 @@ def test_the_first_data_change_skips_compactions_and_property_commits_and_assume
 
     (Path(uri) / "_delta_log" / f"{3:020d}.json").rename(tmp_path / "moved-aside.json")
     assert first_data_change(uri, 2, 4) == 2, "what a missing commit did cannot be told: the first is taken"
+
+
+def test_a_commit_whose_statistics_hold_a_line_separator_is_read_as_a_commit(spark, tmp_path):
+    """Spark writes a file's min and max strings into the commit unescaped: a page title holding
+    U+2028 or U+0085 (pasted text does) put one inside a JSON line, which Python's splitlines cut,
+    so every open called the table's last commit damaged. Found by tests/components/test_write_engines.py."""
+    uri = str(tmp_path / "titles")
+    titles = ["first\u2028line", "next\x85line", "a\u2029b"]
+    spark.createDataFrame([(t,) for t in titles], "page_title string").write.format("delta").save(uri)
+    commit = (tmp_path / "titles" / "_delta_log" / "00000000000000000000.json").read_text()
+    assert "\u2028" in commit or "\x85" in commit, "the statistics hold the separators unescaped"
+    assert stored_table(uri).version() == 0  # not "damaged (not JSON: Unterminated string ...)"
+    assert first_data_change(uri, 0, 0) == 0  # its actions, parsed
+    assert sorted(r.page_title for r in spark.read.format("delta").load(uri).collect()) == sorted(titles)

@@ -86,7 +86,9 @@ def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
                 text = stream.read().decode()
         except FileNotFoundError:
             return None
-        commits.append([json.loads(line) for line in text.splitlines() if line.strip()])
+        # JSON lines end at "\n" alone: a string in a file's statistics may hold U+2028 or U+0085
+        # unescaped (a page title's), where str.splitlines would cut it
+        commits.append([json.loads(line) for line in text.split("\n") if line.strip()])
     return commits
 
 

@@ -8,9 +8,11 @@ import os
 import sys
 import time
 from datetime import date
+from pathlib import Path
 from typing import NoReturn
 
 from incremental_assets.lib import environment
+from incremental_assets.lib.errors import one_line
 
 
 def entry() -> None:
@@ -20,7 +22,21 @@ def entry() -> None:
 
     timings.mark("interpreter and the command line")
     os.environ.setdefault(JVM_LOG_ENV, str(environment.dagster_home() / "logs" / "spark.log"))
+    _native_output_to(environment.run_log_file())
     leave(main())
+
+
+def _native_output_to(log: Path) -> None:
+    """What native code writes to the process's stderr (a Rust panic's message and backtrace under
+    deltalake, an abort in Arrow's threads, the JVM's launcher) goes to the log file; Python's
+    stderr, which gets the command's one error line, stays where it was (the terminal)."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    sys.stderr = open(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    native = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(native, 2)
+    os.close(native)
 
 
 def leave(code: int) -> NoReturn:
@@ -60,27 +76,13 @@ def _failed(error: BaseException) -> int:
     whole traceback in the log file the line names. Exit 2."""
     import traceback
 
-    from incremental_assets.cli.runner import run_log_file
-
-    log = run_log_file()
+    log = environment.run_log_file()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as handle:
         handle.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} error in {' '.join(sys.argv)}\n")
         handle.write("".join(traceback.format_exception(error)))
-    print(f"error: {cause(error)} (traceback: {log})", file=sys.stderr)
+    print(f"error: {one_line(error)} (traceback: {log})", file=sys.stderr)
     return 2
-
-
-def cause(error: BaseException | str) -> str:
-    """What went wrong, in one line: the message of the error a user can act on (raised here, or
-    a failed run's). Spark's errors carry their class and message on the first line, Java frames
-    after, as deltalake's carry a Rust backtrace when RUST_BACKTRACE is set; a Python error
-    without a message is named by its type."""
-    text = str(error).strip()
-    first = text.splitlines()[0] if text else type(error).__name__
-    if "JVM stacktrace" in first or first.startswith("An error occurred while calling"):
-        first = next((line for line in text.splitlines() if "Exception:" in line or "[" in line), first)
-    return first if len(first) <= 2000 else first[:2000] + "..."
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -222,18 +224,16 @@ def _run(args) -> int:
 
 
 def _outcome(summaries) -> int:
-    from incremental_assets.cli.runner import run_log_file
-
-    print(f"Dagster's event stream: {run_log_file()}")
-    failed = [s for s in summaries if not s.success]
-    if failed:
-        print(f"error: run {failed[0].run_id} failed: {cause(failed[0].error)} (the run's events: {run_log_file()})", file=sys.stderr)
-        return 2
-    return 0
+    print(f"Dagster's event stream: {environment.run_log_file()}")
+    failed = next((s.failed_run() for s in summaries if not s.success), None)
+    if failed is None:
+        return 0
+    print(f"error: run {failed.run_id} failed{failed.failure_text()} (the run's events: {environment.run_log_file()})", file=sys.stderr)
+    return 2
 
 
 def _backfill(args) -> int:
-    from incremental_assets.cli.runner import run_days, run_log_file
+    from incremental_assets.cli.runner import run_days
     from incremental_assets.lib.incremental.days import backfill_range
     from incremental_assets.lib.utc import utcnow
 
@@ -243,7 +243,7 @@ def _backfill(args) -> int:
         print(note)
     summary = run_days(settings, first, last)
     print(f"daily_aggregates {first} .. {last}: {'ok' if summary.success else 'FAILED'} (run {summary.run_id})")
-    print(f"Dagster's event stream: {run_log_file()}")
+    print(f"Dagster's event stream: {environment.run_log_file()}")
     return _outcome([summary]) if not summary.success else 0
 
 

@@ -28,7 +28,7 @@ SHOWN_ATTRIBUTES = ("attribute_key", "page_views", "page_views_7d", "sessions_7d
 def run_demo() -> None:
     started = time.perf_counter()
     environment.dagster_home()
-    from incremental_assets.cli.runner import instance_or_default, record_source_load, run_log_file, run_until_caught_up
+    from incremental_assets.cli.runner import instance_or_default, record_source_load, run_until_caught_up
     from incremental_assets.lib.sample.generator import SampleParams
     from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state
     from incremental_assets.lib.spark import build_spark_session
@@ -50,7 +50,7 @@ def run_demo() -> None:
     settings = load_settings(overrides=DEMO_OVERRIDES)
     print(
         f"\nIncremental runs (start_date {settings.start_date} from {settings_file}, backfill_limit_days "
-        f"{settings.backfill_limit_days}); Dagster's event stream goes to {run_log_file()}:"
+        f"{settings.backfill_limit_days}); Dagster's event stream goes to {environment.run_log_file()}:"
     )
     summaries = run_until_caught_up(settings, report=lambda line: print(f"  run: {line}"))
     if not summaries[-1].success:

@@ -30,6 +30,7 @@ from incremental_assets.lib.catalog import (
     incremental_versions,
 )
 from incremental_assets.lib.delta.log import row_count, table_version
+from incremental_assets.lib.errors import StepFailure, step_failure
 from incremental_assets.lib.incremental.days import daily_runs, day_range, days_window_tags
 from incremental_assets.lib.incremental.limits import RunState, next_standard_lower
 from incremental_assets.lib.metadata import materialization_metadata
@@ -80,7 +81,20 @@ class RunSummary:
     daily_runs: list["RunSummary"] = field(default_factory=list)
     days: list[str] = field(default_factory=list)
     step_seconds: dict[str, float] = field(default_factory=dict)
-    error: str | None = None  # the first failed step's error
+    failure: StepFailure | None = None  # the first failed step's
+
+    @property
+    def error(self) -> str | None:
+        """Why the first failed step failed."""
+        return self.failure.cause if self.failure else None
+
+    def failed_run(self) -> "RunSummary":
+        """The run that failed: this one, or the first of its daily runs that failed."""
+        return next((run for run in self.daily_runs if not run.success), self)
+
+    def failure_text(self) -> str:
+        """` in <step> (writing <table>): <cause>`, as a failed run's line ends."""
+        return f" in {self.failure}" if self.failure else ": no step reported its error"
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -114,8 +128,8 @@ class RunSummary:
 
     def describe(self) -> str:
         if not self.success and EVENTS_THIS_RUN not in self.metadata:  # it ended before its batch
-            error = self.error or "no step reported its error"
-            return error.split(". ")[0] if error.startswith("refused:") else f"failed: {error}"
+            error = self.error or ""
+            return error.split(". ")[0] if error.startswith("refused:") else f"failed{self.failure_text()}"
         batch = self.metadata.get(EVENTS_THIS_RUN, {})
         new = self.value(FILTERED_EVENTS, "rows_inserted", 0)
         parts = [
@@ -169,11 +183,6 @@ def record_source_load(instance: DagsterInstance, rows: int, how: str) -> None:
     ))
 
 
-def run_log_file() -> Path:
-    """Where the command line sends Dagster's event stream (the terminal gets a line per step)."""
-    return environment.dagster_home() / "logs" / "incremental-assets.log"
-
-
 def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_config=None, tags=None,
              assets: list[AssetKey] | None = None) -> RunSummary:
     """Run a job of definitions built from these settings (so the daily partitions start at their
@@ -181,7 +190,7 @@ def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_
     on `assets`, as the UI or a sensor's request runs them."""
     from incremental_assets.definitions import build_definitions
 
-    log_file = run_log_file()
+    log_file = environment.run_log_file()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     loggers = {"loggers": {"cli": {"config": {"path": str(log_file)}}}}
     config = {**settings_run_config(settings), **loggers, **(run_config or {})}
@@ -202,18 +211,8 @@ def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_
         metadata.setdefault(event.asset_key.path[-1], {}).update(values)
     steps = {e.step_key: e.event_specific_data.duration_ms / 1000 for e in result.all_events if e.is_step_success}
     timings.detail(f"{job_name} steps", {step: round(seconds, 3) for step, seconds in steps.items()})
-    errors = [_root_cause(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
-    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps, error=errors[0] if errors else None)
-
-
-def _root_cause(error) -> str:
-    """The message of what went wrong, under Dagster's wrapping ("Error occurred while handling
-    output...") and without the error's class ("module.LeaseHeld: ")."""
-    while error.cause is not None:
-        error = error.cause
-    message = error.message.strip()
-    prefix = f"{error.cls_name}: "
-    return message.split(prefix, 1)[1] if prefix in message.split("\n", 1)[0] else message
+    failures = [step_failure(e.step_key, e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+    return RunSummary(result.run_id, result.success, metadata, step_seconds=steps, failure=failures[0] if failures else None)
 
 
 def run_incremental(

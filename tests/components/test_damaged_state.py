@@ -181,8 +181,8 @@ def test_a_run_fails_its_step_with_the_line_the_read_layer_raises(warehouse, cap
         StateStore().entries()
     assert main(["run"]) == 2
     out, err = capsys.readouterr()
-    assert f"failed: {raised.value}\n" in out
-    assert err.startswith("error: run ") and f" failed: {raised.value} (the run's events: " in err and len(err.splitlines()) == 1
+    assert f"failed in new_event_limits: {raised.value}\n" in out
+    assert err.startswith("error: run ") and f" failed in new_event_limits: {raised.value} (the run's events: " in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("command", ["preview", "run"])

@@ -205,7 +205,7 @@ def test_two_runs_started_at_the_same_moment_one_writes_the_other_is_refused(spa
     assert "is still writing this warehouse" in outcomes[1][1], outcomes[1][1]
     events = spark.read.format("delta").load(f"{warehouse}/filtered_events")
     assert events.count() == events.select("event_id").distinct().count() > 0
-    refused_run = re.search(r"error: run (\S+) failed: refused: lease held by ", outcomes[1][1]).group(1)
+    refused_run = re.search(r"error: run (\S+) failed in \w+: refused: lease held by ", outcomes[1][1]).group(1)
     assert refused_run not in {r["run_id"] for r in StateStore().run_log()}, "a refused run writes nothing"
     assert "refused: lease held by " in outcomes[1][1]
 

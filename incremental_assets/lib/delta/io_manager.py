@@ -40,6 +40,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from incremental_assets.lib.delta.arrow import collect
 from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table, require_table
 from incremental_assets.lib.delta.spec import (
@@ -63,6 +64,7 @@ from incremental_assets.lib.delta.write import (
     write,
 )
 from incremental_assets.lib.environment import table_uri, warehouse_root
+from incremental_assets.lib.errors import TableWriteError
 from incremental_assets.lib.spark import SparkResource
 
 
@@ -218,7 +220,12 @@ class _DeltaIOManager(IOManager):
         table = self._slice(context, context.definition_metadata, context.run_id, output=True)
         if handler is None:
             raise DeltaWriteError(f"{table.name}: no handler stores a {type(obj).__name__}")
-        stored = handler.store(context, table, obj, self._spark)
+        try:
+            stored = handler.store(context, table, obj, self._spark)
+        except (DeltaWriteError, Failure):
+            raise  # the project's own refusals name their table already
+        except Exception as error:  # deltalake's, the JVM's: named by the table they were writing
+            raise TableWriteError(table.uri, error) from error
         context.add_output_metadata({"table_uri": MetadataValue.path(table.uri), **stored, **self.config.shown(table.name, context.run_id)})
 
     def load_input(self, context: InputContext) -> Any:

@@ -24,6 +24,7 @@ from dagster import (
 )
 
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
+from incremental_assets.lib.errors import step_failure
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
 from incremental_assets.lib.state.run_log import PROCESSED, Record
 from incremental_assets.lib.state.store import StateStore
@@ -106,8 +107,8 @@ def record_processed(context: HookContext) -> None:
 @failure_hook(required_resource_keys={"state"})
 def record_failed(context: HookContext) -> None:
     """A failed step ends the run's writing: every asset still open is Failed, with the error."""
-    error = context.op_exception
-    context.resources.state.close_open(context.run_id, f"step {context.step_key} failed: {error!r}"[:2000])
+    failure = step_failure(context.step_key, context.op_exception)
+    context.resources.state.close_open(context.run_id, f"failed in {failure}")
 
 
 def as_markdown(rows: list[dict]) -> MetadataValue:

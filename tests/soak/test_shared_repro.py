@@ -1,0 +1,62 @@
+"""The warehouse whose daily run crashed inside deltalake on a public Snowplow export
+(../shared/repro/daily-write-panic/, beside the checkout): its README's command succeeds ten
+times, each on a new copy, and every table then equals the one a run leaves with every write
+through Spark (INCREMENTAL_ASSETS_WRITE_ENGINE=spark)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from incremental_assets.lib.environment import WRITE_ENGINE_ENV
+
+REPRO = Path(__file__).resolve().parents[3] / "shared" / "repro" / "daily-write-panic"
+TRIES = 10
+CLIENT_SESSION = "contexts_com_snowplowanalytics_snowplow_client_session_1_0_0"
+SETTINGS = [
+    "start_date=2020-07-03", "session_timestamp=collector_tstamp", "lookback_window_hours=6", "max_session_days=3",
+    "days_late_allowed=3", "allow_null_dvce_tstamps=true", "backfill_limit_days=243",
+    f"session_identifier_sql=coalesce(get_json_object({CLIENT_SESSION}, '$[0].sessionId'), domain_sessionid)",
+    f"user_identifier_sql=coalesce(get_json_object({CLIENT_SESSION}, '$[0].userId'), domain_userid)",
+]
+# Records of the runs themselves, not of the data: who ran, when, under which id.
+RUN_RECORDS = {"run_log", "new_event_limits", "table_fingerprints"}
+RUN_COLUMNS = {"run_id", "last_run_id", "updated_at", "last_processed_at", "quarantined_at"}
+
+
+def run_on_a_copy(root: Path, engine: str | None) -> dict[str, list]:
+    shutil.copytree(REPRO / "warehouse", root / "wh")
+    for path in root.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)  # shared/ comes without write bits
+    environ = {**os.environ, "DAGSTER_HOME": str(root / "dh"), "INCREMENTAL_ASSETS_WAREHOUSE": str(root / "wh"),
+               "INCREMENTAL_ASSETS_SOURCE": str(root / "wh" / "atomic_events")}
+    environ.pop(WRITE_ENGINE_ENV, None)
+    if engine:
+        environ[WRITE_ENGINE_ENV] = engine
+    command = [sys.executable, "-m", "incremental_assets", "run", *[part for s in SETTINGS for part in ("--set", s)]]
+    result = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return every_table(root / "wh")
+
+
+def every_table(warehouse: Path) -> dict[str, list]:
+    tables = {}
+    for table in sorted(p for p in warehouse.iterdir() if (p / "_delta_log").is_dir() and p.name not in RUN_RECORDS):
+        rows = DeltaTable(str(table)).to_pyarrow_table()
+        columns = sorted(c for c in rows.column_names if c not in RUN_COLUMNS)
+        tables[table.name] = sorted(repr(tuple(row[c] for c in columns)) for row in rows.select(columns).to_pylist())
+    return tables
+
+
+@pytest.mark.skipif(not REPRO.is_dir(), reason=f"{REPRO} is not beside this checkout")
+def test_the_crashing_export_runs_ten_times_and_leaves_what_spark_alone_leaves(tmp_path):
+    by_spark = run_on_a_copy(tmp_path / "spark", "spark")
+    assert by_spark["daily_aggregates"] and by_spark["attributes_history"]
+    for attempt in range(TRIES):
+        assert run_on_a_copy(tmp_path / f"try-{attempt}", None) == by_spark, f"try {attempt + 1}"

@@ -153,11 +153,26 @@ def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothin
 
 
 def test_a_point_in_time_lookup_gives_each_example_the_values_of_the_day_before(spark, built):
+    assert_lookups_match_the_oracle(spark, built, 100_000, 14)  # to 03-15
+
+
+def test_a_point_in_time_lookup_in_a_tokyo_session_takes_the_utc_day_and_leaks_nothing(spark, built):
+    """The docs' training set from a user's own session, whose time zone is not UTC: each example
+    still gets the values as of the end of the UTC day before it (Tokyo's day starts 9 hours
+    earlier: 'its' day before counted the events of the example's own UTC day)."""
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        assert_lookups_match_the_oracle(spark, built, 20_000, 61)  # to 03-13, at every hour of the day
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def assert_lookups_match_the_oracle(spark, built, count: int, seconds_apart: int):
     warehouse, _, _, last = built
     filtered = events(warehouse)
     keys = sorted(filtered.user_identifier.unique()) + ["never-seen"]
-    start = datetime(2024, 2, 28)
-    examples = [(i, keys[i % len(keys)], start + timedelta(seconds=14 * i)) for i in range(100_000)]  # to 03-15
+    start = datetime(2024, 2, 28)  # naive: UTC, as this process's clock is (pyspark takes it as local)
+    examples = [(i, keys[i % len(keys)], start + timedelta(seconds=seconds_apart * i)) for i in range(count)]
     frame = spark.createDataFrame(examples, "example int, user string, at timestamp")
     history = spark.read.format("delta").load(f"{warehouse}/attributes_history")
     looked = as_of_day_before(frame, history, key="user", at="at").collect()

@@ -620,3 +620,22 @@ def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark):
         DayArrivals(date(2021, 1, 1), 2, 2, t("03 08:00"), 48.0),
         DayArrivals(date(2021, 1, 2), 2, 1, t("03 01:00"), 2.0),
     ]
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/Los_Angeles"])
+def test_a_lookup_takes_its_day_in_utc_whatever_the_sessions_time_zone(spark, history, zone):
+    # U1 at 01-03 20:00 UTC is 01-04 05:00 in Tokyo: the day before is 01-02 in UTC (2, 2, /b, 2),
+    # not 01-03 (Tokyo's day before, whose values count later events). U1 at 01-04 03:00 UTC is
+    # 01-03 19:00 in Los Angeles: 01-03's values (4, 2, /c, 2), not 01-02's, a day stale. A naive
+    # timestamp is UTC, and a date its own day.
+    examples = spark.createDataFrame([(1, "U1", t("03 20:00")), (2, "U1", t("04 03:00"))], "example int, user string, timestamp timestamp")
+    naive = examples.select("example", "user", F.col("timestamp").cast("timestamp_ntz").alias("timestamp"))
+    dates = examples.select("example", "user", F.to_date("timestamp").alias("timestamp"))
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        looked = [sorted((r.example, *tuple(r)[3:]) for r in as_of_day_before(frame, history, key="user", at="timestamp").collect())
+                  for frame in (examples, naive)]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    assert looked[0] == looked[1] == [(1, 2, 2, "/b", 2), (2, 4, 2, "/c", 2)]
+    assert sorted((r.example, *tuple(r)[3:]) for r in as_of_day_before(dates, history, key="user", at="timestamp").collect()) == looked[0]

@@ -6,12 +6,14 @@ from datetime import date
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from incremental_assets.lib.attributes import AttributeSpec, Condition
 from incremental_assets.lib.delta.spec import DELETED
 from incremental_assets.lib.incremental.days import DayArrivals, LoadGroup, arrivals_by_day
 
 TIMESTAMP = "derived_tstamp"
+SECONDS_A_DAY = 86_400
 ADDITIVE = ("count", "sum")
 AS_OF, VALID_FROM, VALID_TO = "as_of", "valid_from", "valid_to"
 
@@ -156,10 +158,20 @@ def as_of_day_before(examples: DataFrame, history: DataFrame, key: str = "attrib
     `key`): what was known when the example happened, never a later event. Every row comes back
     once; a key not seen by then gets nulls."""
     names = [c for c in history.columns if c not in ("attribute_key", VALID_FROM, VALID_TO)]
-    day = F.date_sub(F.to_date(examples[at]), 1)
+    day = F.date_sub(utc_day(examples[at], examples.schema[at].dataType), 1)
     valid = history.select(F.col("attribute_key").alias("_key"), VALID_FROM, VALID_TO, *names)
     holds = (examples[key] == valid["_key"]) & (valid[VALID_FROM] <= day) & (valid[VALID_TO].isNull() | (day < valid[VALID_TO]))
     return examples.join(valid, holds, "left").drop("_key", VALID_FROM, VALID_TO)
+
+
+def utc_day(moment: Column, kind: T.DataType) -> Column:
+    """The UTC day of `moment`, whatever the session's time zone: to_date of a timestamp follows
+    the session's (a user's own session in Tokyo would put an example's day ahead of UTC's and
+    leak the future into a lookup), so a timestamp goes by its epoch seconds. A naive timestamp
+    is UTC already, as everywhere in the warehouse; a date is its own day."""
+    if isinstance(kind, T.TimestampType):
+        return F.date_from_unix_date(F.floor(F.unix_timestamp(moment) / SECONDS_A_DAY).cast("int"))
+    return F.to_date(moment)
 
 
 def day_arrivals(new_rows: DataFrame) -> list[DayArrivals]:

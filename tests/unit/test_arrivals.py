@@ -109,6 +109,9 @@ def test_rows_behind_the_cursor_stay_stranded_until_a_keyhole_that_saw_them_cove
     halves = [CountedArrivals("k1", 12, Arrivals(), keyhole=(feb1, datetime(2024, 2, 1, 12))),
               CountedArrivals("k2", 12, Arrivals(), keyhole=(datetime(2024, 2, 1, 12), feb2))]
     assert stranded([standard, *halves], {"k1", "k2"}) == [], "two keyholes together"
+    before = CountedArrivals("k0", 12, Arrivals(), keyhole=(datetime(2024, 1, 20), datetime(2024, 1, 21)))
+    assert stranded([standard, before, covering], {"k0", "keyhole"}) == [], "an earlier, disjoint keyhole hides nothing"
+    assert stranded([standard, before, halves[0]], {"k0", "k1"}) != [], "half the range is still waiting"
 
     failed = CountedArrivals("failed", 13, Arrivals({Arrival.IN_KEYHOLE: 3}), keyhole=(feb2, feb3))
     assert stranded([failed], set()) == [Stranded("failed", 3, feb2, feb3)]

@@ -250,17 +250,15 @@ def stranded(counted: Iterable[CountedArrivals], succeeded: set[str]) -> list[St
 
 
 def _covers(windows: list[tuple[datetime, datetime]], start: datetime, end: datetime) -> bool:
-    """Whether the union of the (inclusive) windows holds every moment of [start, end]."""
-    reached = None
+    """Whether the union of the (inclusive) windows holds every moment of [start, end]: a window
+    wholly before `start` (another keyhole's, earlier) leaves no gap in it."""
+    reached = start  # every moment of [start, reached] is held (none yet)
     for low, high in sorted(windows):
-        if reached is None:
-            if low > start:
-                return False
-            reached = high
-        elif low <= reached:
-            reached = max(reached, high)
-        else:
-            break
+        if high < reached:
+            continue
+        if low > reached:
+            return False
+        reached = high
         if reached >= end:
             return True
-    return reached is not None and reached >= end
+    return False

@@ -123,6 +123,9 @@ QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # jars it was recorded with, so other jars or another JDK look for another file; a JVM that cannot
 # use the one it is given starts without it. Set to 0 to start without it (to measure the difference).
 CLASS_ARCHIVE_ENV = "INCREMENTAL_ASSETS_CLASS_ARCHIVE"
+# 1: the driver's web UI (Spark's, on port 4040 and up) is on; it is off otherwise.
+SPARK_UI_ENV = "INCREMENTAL_ASSETS_SPARK_UI"
+LOOPBACK = "127.0.0.1"
 # Set by the command line: the JVM's own log (Spark's errors and their Java frames) goes to this
 # file instead of the terminal, beside the run's event stream.
 JVM_LOG_ENV = "INCREMENTAL_ASSETS_JVM_LOG"
@@ -299,8 +302,9 @@ def build_spark_session(
     if remote:
         builder = builder.remote(remote)
     else:
-        builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
-        for key, value in driver_conf(small=small).items():
+        master = master or os.environ.get("SPARK_MASTER", "local[*]")
+        builder = builder.master(master)
+        for key, value in {**driver_conf(small=small), **listening_conf(master)}.items():
             builder = builder.config(key, value)
     sql_conf = dict(SQL_CONF)
     if shuffle_partitions:
@@ -397,6 +401,19 @@ def driver_conf(record_classes_to: Path | None = None, small: bool = False) -> d
     }
 
 
+def listening_conf(master: str) -> dict[str, str]:
+    """Where the driver listens. A local driver (everything in this process) only on the loopback
+    interface: its RPC, its block manager, and its web UI, which has no authentication and kill
+    links and binds to SPARK_LOCAL_IP (set here unless the operator set it) or else to every
+    interface. A cluster's executors must reach the driver: there the operator decides. The web UI is
+    off unless SPARK_UI_ENV turns it on (docs/deployment.md: how to reach it safely)."""
+    ui = {"spark.ui.enabled": "true" if os.environ.get(SPARK_UI_ENV) == "1" else "false"}
+    if not master.startswith("local"):
+        return ui
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # read by the JVM that spark-submit starts
+    return {**ui, "spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+
+
 def class_archive(jars: list[str]) -> Path:
     """Where the driver's class archive for this JVM and these jars is (or would be)."""
     java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
@@ -434,7 +451,7 @@ def jvm_log_option() -> str:
     return f"-Dlog4j2.configurationFile={config.as_uri()}"
 
 
-def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]") -> list[str]:
+def connect_server_command(port: int, host: str = LOOPBACK, master: str = "local[*]") -> list[str]:
     """spark-submit, from the pyspark distribution, starting a Spark Connect server on host:port
     with the project's driver settings (Delta's plugin is not needed: no `delta.tables` client)."""
     conf = {**driver_conf(), "spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port)}

@@ -5,6 +5,7 @@ older loader (null load_tstamp) read with the collector_tstamp cursor, a stream 
 is ten months old, caught up with `--until-caught-up`, then run again and again with nothing new.
 """
 
+import logging
 import os
 from datetime import timedelta
 
@@ -71,13 +72,13 @@ def quiet_stream(spark, tmp_path_factory):
         positions.append(StateStore().entries()["filtered_events"].position)
     stored = {r.event_id for r in read_table(spark, f"{root}/warehouse/filtered_events").collect()}
     assert read_table(spark, f"{root}/warehouse/events_this_run").count() == 0, "scratch holds this run only"
-    yield catch_up, quiet, positions, stored
+    yield catch_up, quiet, positions, stored, instance
     for name, value in saved.items():
         os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
 
 def test_events_with_null_load_tstamp_are_processed_with_the_collector_cursor(quiet_stream):
-    *_, stored = quiet_stream
+    *_, stored, _ = quiet_stream
     assert sum(1 for row in EXPORT if row[LOAD_TSTAMP] is None) == len(EXPORT) // 3
     assert stored == {row[0] for row in EXPORT}
 
@@ -89,12 +90,21 @@ def test_catch_up_on_a_stream_that_ended_months_ago_stops_once_every_event_was_i
 
 
 def test_quiet_hours_are_successful_runs_that_say_so_and_move_the_manifest(quiet_stream):
-    _, quiet, positions, _ = quiet_stream
+    _, quiet, positions, *_ = quiet_stream
     assert [s.success for s in quiet] == [True, True, True]
     for summary in quiet:
         assert summary.value("filtered_events", "rows_inserted", 0) == 0
         assert "no new events" in summary.describe()
     assert positions == sorted(positions) and positions[-1] > positions[0], "each empty window moves it on"
+
+
+def test_runs_that_did_their_work_log_no_warning(quiet_stream):
+    """A catch-up that inserted every event and quiet hours that moved the manifest on are healthy
+    runs: nothing in their logs asks a person to act (the UI showed a yellow WARNING on each)."""
+    catch_up, quiet, *_, instance = quiet_stream
+    warned = [(run.run_id, entry.user_message) for run in (*catch_up, *quiet) for daily in (run, *run.daily_runs)
+              for entry in instance.all_logs(daily.run_id) if entry.level >= logging.WARNING]
+    assert warned == []
 
 
 def test_a_first_run_over_an_empty_window_succeeds_and_moves_on_to_the_first_event(spark, warehouse, monkeypatch, tmp_path):

@@ -40,6 +40,8 @@ def test_stranded_late_events_warn(spark, warehouse):
     result = late_events_stranded_beyond_horizon(state=state)
     assert not result.passed and result.severity == AssetCheckSeverity.WARN
     assert result.metadata["pending_late_events"].value == 7
+    assert result.description.startswith("7 late events on 1 day(s) wait for a backfill (2024-02-01): "
+                                         "incremental-assets backfill --start 2024-02-01 --end 2024-02-01")
     assert state.consumed_version() == 1
 
 

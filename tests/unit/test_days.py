@@ -192,3 +192,16 @@ def test_only_the_last_range_of_days_writes_attributes():
     assert daily_runs({date(2024, 3, 9): DayStatus(date(2024, 3, 9), status=TO_PROCESS)}, today) == [
         (date(2024, 3, 9), date(2024, 3, 9), True)]
     assert daily_runs({}, today) == []
+
+
+def test_the_stranded_note_names_the_days_and_the_backfill_of_each_range():
+    from incremental_assets.lib.incremental.days import stranded_note
+
+    days = [DayStatus(date(2024, 2, d), pending_late_events=n, status=BEYOND_HORIZON) for d, n in ((1, 5), (2, 3), (9, 14))]
+    assert stranded_note([]) is None
+    assert stranded_note(days) == (
+        "22 late events on 3 day(s) wait for a backfill (2024-02-01 .. 2024-02-02, 2024-02-09): "
+        "incremental-assets backfill --start 2024-02-01 --end 2024-02-02; "
+        "incremental-assets backfill --start 2024-02-09 --end 2024-02-09, "
+        "or materialize those partitions of daily_aggregates in the UI"
+    )

@@ -17,7 +17,7 @@ from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import inserted_rows
 from incremental_assets.lib.assets import spark_delta_asset
-from incremental_assets.lib.incremental.days import days_to_process, stranded
+from incremental_assets.lib.incremental.days import days_to_process, stranded, stranded_note
 from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.settings import IncrementalSettings
@@ -100,7 +100,7 @@ def late_events_stranded_beyond_horizon(state: StateStore) -> AssetCheckResult:
             "days": MetadataValue.json([str(d.event_date) for d in days]),
             "pending_late_events": pending,
         },
-        description=f"{pending} late events on {len(days)} day(s) wait for a backfill" if days else None,
+        description=stranded_note(days),
     )
 
 

@@ -160,6 +160,19 @@ def stranded(state: Mapping[date, DayStatus]) -> list[DayStatus]:
     return sorted((d for d in state.values() if d.status == BEYOND_HORIZON), key=lambda d: d.event_date)
 
 
+def stranded_note(days: list[DayStatus]) -> str | None:
+    """What the warning about late events beyond the horizon says: how many, on which days (as
+    ranges), and the command that applies them (one backfill per range); None when there are none."""
+    if not days:
+        return None
+    ranges = contiguous_ranges(d.event_date for d in days)
+    named = ", ".join(str(first) if first == last else f"{first} .. {last}" for first, last in ranges)
+    commands = "; ".join(f"incremental-assets backfill --start {first} --end {last}" for first, last in ranges)
+    pending = sum(d.pending_late_events for d in days)
+    return (f"{pending} late events on {len(days)} day(s) wait for a backfill ({named}): {commands}, "
+            "or materialize those partitions of daily_aggregates in the UI")
+
+
 def contiguous_ranges(days: Iterable[date]) -> list[tuple[date, date]]:
     """Days grouped into inclusive [first, last] runs of consecutive dates: one daily run each."""
     ranges: list[tuple[date, date]] = []

@@ -207,6 +207,7 @@ def _run(args) -> int:
 
     timings.mark("imports")
     settings = _settings(args)
+    _instance_advice(environment.dagster_home())
     timings.mark("settings")
     if (args.lower is None) != (args.upper is None):
         raise ValueError("a keyhole backfill needs both --lower and --upper")
@@ -284,6 +285,13 @@ def _setup(args) -> None:
     if archive is not None:
         print(f"Driver class archive ready ({archive.stat().st_size // 2**20} MB, {time.perf_counter() - started:.1f}s): {archive}")
     print(f"Dagster instance: {environment.instance_config(home)}")
+    _instance_advice(home)
+
+
+def _instance_advice(home: Path) -> None:
+    advice = environment.instance_advice(home)
+    if advice:
+        print(f"note: {advice}")
 
 
 def _connect_server(args) -> None:

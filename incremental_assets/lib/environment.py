@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import yaml
 
@@ -110,6 +111,39 @@ def instance_config(home: Path) -> str:
         storage = (settings.get("run_storage") or {}).get("class", "sqlite")
     whose = "the project's" if text == (PROJECT_ROOT / "dagster.yaml").read_text() else "its own, left as it is"
     return f"{config} ({whose}; storage: {storage})"
+
+
+WARM_LAUNCHER = {"module": "incremental_assets.lib.worker", "class": "WarmRunLauncher"}
+
+
+def instance_gaps(settings: Mapping[str, Any]) -> list[str]:
+    """What a home's dagster.yaml (parsed) lacks of what the project needs, as the project's own
+    dagster.yaml sets it: one writing run at a time (the pool), and runs launched into the warm
+    worker; and a limit an earlier release set that no longer limits anything. Empty: nothing."""
+    gaps = []
+    pools = (settings.get("concurrency") or {}).get("pools") or {}
+    if pools.get("granularity") != "run" or pools.get("default_limit") != 1:
+        gaps.append("concurrency.pools (granularity: run, default_limit: 1): without it a second writing run "
+                    "is refused by the lease instead of waiting in the queue")
+    launcher = settings.get("run_launcher") or {}
+    if {key: launcher.get(key) for key in WARM_LAUNCHER} != WARM_LAUNCHER:
+        gaps.append("run_launcher (incremental_assets.lib.worker.WarmRunLauncher): without it no launched run "
+                    "uses the warm worker")
+    limits = ((settings.get("run_coordinator") or {}).get("config") or {}).get("tag_concurrency_limits") or []
+    if any(str(limit.get("key", "")).startswith("incremental_assets/") for limit in limits):
+        gaps.append("run_coordinator's tag_concurrency_limits on incremental_assets/ tags: an earlier release's, "
+                    "no run carries them now (the pool above replaces them)")
+    return gaps
+
+
+def instance_advice(home: Path) -> str | None:
+    """One line naming what the home's dagster.yaml lacks and how to add it (never rewritten)."""
+    config = home / "dagster.yaml"
+    gaps = instance_gaps(yaml.safe_load(config.read_text()) or {}) if config.exists() else []
+    if not gaps:
+        return None
+    return (f"{config} lacks what the project needs: {'; '.join(gaps)}. Merge those blocks from "
+            f"{PROJECT_ROOT / 'dagster.yaml'} into it (it is yours: never rewritten), then restart the daemon")
 
 
 WRITE_ENGINE_ENV = "INCREMENTAL_ASSETS_WRITE_ENGINE"

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import yaml
+
 from incremental_assets.definitions import defs
 from incremental_assets.lib.catalog import INCREMENTAL_JOB
 
@@ -73,6 +75,40 @@ def test_a_dagster_home_gets_the_projects_config_only_where_it_has_none_and_says
     legacy = "run_storage:\n  module: dagster_postgres.run_storage\n  class: PostgresRunStorage\n"
     (own / "dagster.yaml").write_text(legacy)  # Dagster's older form, one block per storage
     assert instance_config(own).endswith("(its own, left as it is; storage: PostgresRunStorage)")
+
+
+# An earlier release's dagster.yaml: a tag limit on a tag no run carries now, no pool, Dagster's launcher.
+EARLIER_RELEASE = """
+telemetry:
+  enabled: false
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    max_concurrent_runs: 2
+    tag_concurrency_limits:
+      - key: incremental_assets/writes
+        limit: 1
+"""
+
+
+def test_an_upgraded_homes_dagster_yaml_is_named_with_what_it_lacks_and_left_as_it_is(tmp_path, monkeypatch, capsys):
+    from incremental_assets.cli import _instance_advice
+    from incremental_assets.lib.environment import PROJECT_ROOT, instance_advice, instance_gaps
+
+    for project in ("dagster.yaml", "dagster.postgres.yaml"):
+        assert instance_gaps(yaml.safe_load((PROJECT_ROOT / project).read_text())) == []
+    gaps = instance_gaps(yaml.safe_load(EARLIER_RELEASE))
+    assert [gap.split(" ", 1)[0] for gap in gaps] == ["concurrency.pools", "run_launcher", "run_coordinator's"]
+    (tmp_path / "dagster.yaml").write_text(EARLIER_RELEASE)
+    advice = instance_advice(tmp_path)
+    assert advice.startswith(f"{tmp_path / 'dagster.yaml'} lacks what the project needs: concurrency.pools")
+    assert f"Merge those blocks from {PROJECT_ROOT / 'dagster.yaml'}" in advice
+    _instance_advice(tmp_path)  # what setup and run print
+    assert capsys.readouterr().out == f"note: {advice}\n"
+    assert (tmp_path / "dagster.yaml").read_text() == EARLIER_RELEASE
+    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    assert instance_advice(tmp_path) is None
 
 
 def test_definitions_load_against_a_missing_warehouse_and_read_nothing(tmp_path):

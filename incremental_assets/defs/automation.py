@@ -16,6 +16,7 @@ from dagster import (
     Definitions,
     MetadataValue,
     RunRequest,
+    RunsFilter,
     ScheduleDefinition,
     SensorDefinition,
     SensorEvaluationContext,
@@ -40,6 +41,7 @@ from incremental_assets.lib.catalog import (
     INCREMENTAL_TAG,
     KEYHOLE_TAG,
     NEW_EVENT_LIMITS,
+    RETRY_TAG,
     known_incremental,
 )
 from incremental_assets.lib.delta.log import read_rows, stored_table, table_version
@@ -132,6 +134,9 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     if version > seen_version(context, plans, source.metadata().id):
         context.update_cursor(str(version))
         return RunRequest(run_key=f"source-version-{version}")
+    retry = retry_of_the_last_run(context.instance)
+    if retry is not None:
+        return retry
     catch_up = catch_up_key(context.instance, state, sorted(known_incremental(context)))
     if catch_up:
         return RunRequest(run_key=catch_up)
@@ -156,11 +161,27 @@ def keyhole_request(rows: Stranded) -> RunRequest:
     )
 
 
+def retry_of_the_last_run(instance: DagsterInstance) -> RunRequest | SkipReason | None:
+    """When the latest incremental run (a keyhole's passed over) was canceled (a Terminate, a lease
+    refused) or failed, its window is due again: one run requested for it, once. A retry that ends
+    so too is not retried again: its failure is what to look at, and the skip reason says so.
+    None: the latest run succeeded, or there is none."""
+    runs = instance.get_runs(filters=RunsFilter(job_name=INCREMENTAL_JOB), limit=KEYHOLES_PASSED_OVER)
+    latest = next((run for run in runs if KEYHOLE_TAG not in run.tags), None)
+    if latest is None or latest.status not in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE):
+        return None
+    how = "canceled" if latest.status == DagsterRunStatus.CANCELED else "failed"
+    if RETRY_TAG in latest.tags:
+        return SkipReason(f"Run {latest.run_id} {how}, and it was already the retry of run {latest.tags[RETRY_TAG]}: "
+                          "look at it in the UI, then materialize incremental_job (or wait for the next load)")
+    return RunRequest(run_key=f"retry-of-{latest.run_id}", tags={RETRY_TAG: latest.run_id})
+
+
 def catch_up_key(instance: DagsterInstance, state: StateStore, models: list[str]) -> str | None:
     """The run key of the next catch-up run, or None when none is due: the latest run succeeded and
     its batch had source events past its window, or a full refresh or a plan emptied the manifest
     row of one of the incremental `models` (they are rebuilt). Each key is requested once; a
-    failed run is not retried from here (its failure is what to look at). Keyhole runs are passed
+    run that failed is retried by retry_of_the_last_run, not from here. Keyhole runs are passed
     over: their window is not the cursor's."""
     recent = instance.fetch_materializations(AssetKey(EVENTS_THIS_RUN), limit=KEYHOLES_PASSED_OVER).records
     keyhole = MetadataValue.text(RunState.KEYHOLE.value)

@@ -48,6 +48,8 @@ MAINTENANCE_JOB = "maintenance_job"
 INCREMENTAL_TAG = "incremental_assets/incremental"
 # A keyhole run the source sensor requests for rows behind the cursor: its range.
 KEYHOLE_TAG = "incremental_assets/keyhole"
+# A run the source sensor requests again for one that was canceled or failed: that run's id.
+RETRY_TAG = "incremental_assets/retry_of"
 # A run the warm worker executes (lib/worker.py): the worker's host:pid, which outlives the run.
 WORKER_TAG = "incremental_assets/worker"
 # The host:pid of the process executing a run (command line, run worker or warm worker), tagged when

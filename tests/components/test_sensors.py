@@ -86,7 +86,7 @@ def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_afte
     )
 
     from incremental_assets.defs.automation import source_events_sensor
-    from incremental_assets.lib.catalog import EVENTS_THIS_RUN
+    from incremental_assets.lib.catalog import EVENTS_THIS_RUN, RETRY_TAG
     from incremental_assets.lib.environment import source_table_uri
     from incremental_assets.lib.incremental.limits import BatchStats, Cursor, RunLimits, RunState
     from incremental_assets.lib.state.store import StateStore
@@ -105,10 +105,16 @@ def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_afte
     assert isinstance(behind, RunRequest) and behind.run_key.startswith("catch-up-after-")
     assert isinstance(tick(caught_up=True), SkipReason)
 
-    # A run that failed after its batch is not retried from here, whatever its batch said.
+    # A run that failed after its batch is retried once, as its own window (not as a catch-up),
+    # whatever its batch said; a retry that failed too is not retried again, and the skip says why.
     failed = instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="failed-run", status=DagsterRunStatus.FAILURE))
     _store_materialization(instance, failed.run_id, AssetMaterialization(EVENTS_THIS_RUN, metadata={"caught_up": False}))
-    assert isinstance(source_events_sensor(build_sensor_context(instance=instance, cursor="0", resources=SETTINGS)), SkipReason)
+    retry = tick()
+    assert isinstance(retry, RunRequest) and retry.run_key == "retry-of-failed-run" and retry.tags[RETRY_TAG] == "failed-run"
+    instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="retry-run", status=DagsterRunStatus.FAILURE, tags=retry.tags))
+    given_up = tick()
+    assert isinstance(given_up, SkipReason) and "already the retry of run failed-run" in given_up.skip_message
+    instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="a-later-run", status=DagsterRunStatus.SUCCESS))
 
     # A full refresh empties the manifest: one rebuild run, keyed by the manifest's version.
     state = StateStore()
@@ -122,6 +128,26 @@ def test_source_sensor_requests_catch_up_runs_until_caught_up_and_a_rebuild_afte
     DeltaTable(state.uri("incremental_manifest")).delete()
     rebuild = tick()
     assert isinstance(rebuild, RunRequest) and rebuild.run_key == "rebuild-after-manifest-v2"
+
+
+def test_a_terminated_run_is_requested_again_without_a_new_load(spark, warehouse):
+    """The sensor requested a run for a new load, and a user terminated it before its batch: its
+    window is requested again at the next tick, not left for the next load."""
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+    first = build_sensor_context(instance=instance, resources=SETTINGS)
+    assert source_events_sensor(first).run_key == "source-version-0"
+    instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="terminated", status=DagsterRunStatus.CANCELED))
+    again = source_events_sensor(build_sensor_context(instance=instance, cursor=first.cursor, resources=SETTINGS))
+    assert isinstance(again, RunRequest) and again.run_key == "retry-of-terminated"
+    instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="its-retry", status=DagsterRunStatus.SUCCESS, tags=again.tags))
+    done = source_events_sensor(build_sensor_context(instance=instance, cursor=first.cursor, resources=SETTINGS))
+    assert isinstance(done, SkipReason) and "unchanged since version 0" in done.skip_message
 
 
 def _store_materialization(instance, run_id, materialization):

@@ -299,6 +299,7 @@ def _connect_server(args) -> None:
     from incremental_assets.lib.spark import connect_server_command
 
     command = connect_server_command(args.port, args.host, args.master)
+    os.dup2(sys.stderr.fileno(), 2)  # the server's own output, on the terminal as before (see entry)
     os.execv(command[0], command)
 
 

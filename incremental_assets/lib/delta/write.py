@@ -383,10 +383,19 @@ def _merge(
     merge = df.alias("s").mergeInto(target, condition)  # target: path_identifier, a quoted name
     if update:
         merge = merge.whenMatched().updateAll()
-    session_conf = {SCHEMA_EVOLUTION_CONF: "true"}  # as appends: mergeSchema
+    # As appends' mergeSchema, but only when the rows bring a column the table lacks: with schema
+    # evolution on, Delta's UPDATE * writes a null struct as a struct of nulls.
+    session_conf = {SCHEMA_EVOLUTION_CONF: "true"} if _brings_columns(df, table) else {}
     if txn is not None:
         session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
     return _merged(spark, merge.whenNotMatched().insertAll(), table, uri, session_conf)
+
+
+def _brings_columns(df: DataFrame, table: deltalake.DeltaTable) -> bool:
+    """Whether `df` holds a column, or a column of another type (a struct that gained a field),
+    that the stored table does not."""
+    stored = {f.name: f.dataType.simpleString() for f in T.StructType.fromJson(json.loads(table.schema().to_json())).fields}
+    return any(stored.get(f.name) != f.dataType.simpleString() for f in df.schema.fields)
 
 
 def _apply_changes(

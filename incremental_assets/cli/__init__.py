@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if environment.on_object_store():
             environment.s3_endpoint()  # a store deltalake would refuse is named before anything starts
+        environment.small_writes_by_deltalake()  # and a write engine that is none, before a run starts
         return args.command(args) or 0
     except Exception as error:  # noqa: BLE001 - every failure ends in one line; its traceback goes to the log
         return _failed(error)

@@ -41,7 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import collect
-from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
+from incremental_assets.lib.delta.log import noted, reading, row_count, stored_schema, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table, require_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
@@ -282,7 +282,7 @@ def schema_columns(schema: T.StructType) -> list[TableColumn]:
 def stored_columns(table: deltalake.DeltaTable) -> list[TableColumn]:
     """A stored table's columns, from its log (no JVM; Delta's schema is Spark's JSON, so they read
     as a Spark write shows them)."""
-    return schema_columns(T.StructType.fromJson(json.loads(table.schema().to_json())))
+    return schema_columns(stored_schema(table))
 
 
 def stored_metadata(context: OutputContext, uri: str) -> dict[str, Any]:

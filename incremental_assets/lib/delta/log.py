@@ -33,6 +33,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyarrow.parquet import filters_to_expression
+from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.spec import Window
 
@@ -298,6 +299,11 @@ def _damaged_file(uri: str, error: str, reason: str) -> UnreadableTableError | N
         "Put back a good copy (from a backup); or, losing its rows, move it aside and drop it from the table: "
         f"python -c \"import deltalake; deltalake.DeltaTable('{uri}').repair()\""
     )
+
+
+def stored_schema(table: deltalake.DeltaTable) -> T.StructType:
+    """A stored table's schema as Spark's types, from its log (Delta's schema is Spark's JSON)."""
+    return T.StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 def table_exists(uri: str) -> bool:

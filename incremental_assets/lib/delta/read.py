@@ -37,10 +37,12 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def count_by(spark: Callable[[], SparkSession], uri: str, column: str, window: Window) -> dict:
+def count_by(spark: Callable[[], SparkSession], uri: str, column: str, window: Window,
+             table: deltalake.DeltaTable | None = None) -> dict:
     """Row counts per value of `column` inside `window`: from the log's file statistics when the
-    table is partitioned by `column` (no session asked for), otherwise by a read with partition pruning."""
-    counts = _partition_counts(stored_table(uri), column, window)
+    table is partitioned by `column` (no session asked for), otherwise by a read with partition
+    pruning. `table`: the table at `uri` as the caller opened it (its log is not read again)."""
+    counts = _partition_counts(table or stored_table(uri), column, window)
     if counts is not None:
         return counts
     df = read_table(spark(), uri)

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import collect, whole_offsets
-from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_table, table_exists
+from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_schema, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind
 from incremental_assets.lib.delta.spec import DELETED, LOG_CHECKPOINTS, DeltaWriteError, Window, WriteMode
 from incremental_assets.lib.environment import small_writes_by_deltalake
@@ -171,7 +171,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     appends = mode is WriteMode.APPEND and not emptied
     if rows_at_most is not None and rows_at_most <= SMALL_WRITE_ROWS:
         # the rows a window's replace deletes, counted as Spark's replaceWhere counts them
-        deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window).values())
+        deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
         return _write_small(collect(df), stored, request, appends, replaced, deleted)
     if replaced is not None:
         return save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
@@ -394,7 +394,7 @@ def _merge(
 def _brings_columns(df: DataFrame, table: deltalake.DeltaTable) -> bool:
     """Whether `df` holds a column, or a column of another type (a struct that gained a field),
     that the stored table does not."""
-    stored = {f.name: f.dataType.simpleString() for f in T.StructType.fromJson(json.loads(table.schema().to_json())).fields}
+    stored = {f.name: f.dataType.simpleString() for f in stored_schema(table).fields}
     return any(stored.get(f.name) != f.dataType.simpleString() for f in df.schema.fields)
 
 

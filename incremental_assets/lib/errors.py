@@ -8,7 +8,9 @@ frames or Rust backtrace, goes to the log file only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
+
+from dagster import DagsterInstance, DagsterRun, Failure
 
 MAX_LINE = 2000
 
@@ -21,6 +23,19 @@ class TableWriteError(RuntimeError):
 
     def __init__(self, uri: str, cause: BaseException):
         super().__init__(f"{self.PREFIX}{uri}: {one_line(cause)}")
+
+
+class RunRefused(Failure):
+    """A run ended as canceled before it wrote (refuse_run)."""
+
+
+def refuse_run(instance: DagsterInstance, run: DagsterRun, why: str, cause: BaseException | None = None) -> NoReturn:
+    """End a run that must not write as canceled, before it writes: RunRefused saying `why`. Not a
+    failure of the data: Dagster then resolves the run's planned checks as skipped and leaves its
+    assets as they were, where a failed run paints both red. The RUN_CANCELING line says why (its
+    first sentence)."""
+    instance.report_run_canceling(run, message=why.split(". ")[0])
+    raise RunRefused(description=why, allow_retries=False) from cause
 
 
 def one_line(error: BaseException | str) -> str:

@@ -24,11 +24,13 @@ from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_
 from incremental_assets.lib.delta.log import Snapshot, read_rows, snapshot, stored_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
+from incremental_assets.lib.errors import refuse_run
 from incremental_assets.lib.assets import spark_delta_asset
-from incremental_assets.lib.incremental.asset import incremental_models_in_run
 from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
 from incremental_assets.lib.incremental.run_plan import (
     Quiet,
+    incremental_models,
+    outside_the_unit,
     RunPlan,
     last_assessed,
     repeated_run,
@@ -132,7 +134,10 @@ def new_event_limits(
     context: AssetExecutionContext, config: LimitsConfig, settings: IncrementalSettings, state: StateStore,
     spark: SparkResource,
 ) -> Output[RunPlan]:
-    source, models, entries = source_table_uri(), incremental_models_in_run(context), state.entries()
+    refused = outside_the_unit(context.job_def.asset_layer)
+    if refused:
+        refuse_run(context.instance, context.run, refused)
+    source, models, entries = source_table_uri(), incremental_models(context.job_def.asset_layer), state.entries()
     limits = decide_limits(config, settings, entries, models)
     try:  # before this run writes anything, its record and lease included
         require_processable(source, settings)

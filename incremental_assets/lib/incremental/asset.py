@@ -41,14 +41,6 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore, run_of
 
-def incremental_models_in_run(context: AssetExecutionContext) -> list[str]:
-    """The incremental assets selected in this run: the run's limits are computed over them."""
-    layer = context.job_def.asset_layer
-    graph = layer.asset_graph
-    return sorted(
-        key.path[-1] for key in layer.selected_asset_keys if graph.get(key).tags.get(INCREMENTAL_TAG) == "true"
-    )
-
 
 def incremental_asset(
     name: str | None = None,

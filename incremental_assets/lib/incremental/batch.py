@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Callable, Mapping
 
-from dagster import Failure
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
@@ -22,7 +21,7 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.delta.write import empty, note
 from incremental_assets.lib.incremental.limits import BatchStats, RunLimits, RunState
-from incremental_assets.lib.incremental.run_plan import limits_metadata, own_run_only
+from incremental_assets.lib.incremental.run_plan import limits_metadata, not_in_this_run
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 
 
@@ -192,8 +191,8 @@ class BatchHandler:
 
     def load(self, context, table, spark) -> RunBatch:
         noted_batch = noted(table.uri, table.run_id)
-        if noted_batch is None:  # another run's batch has replaced this run's
-            raise Failure(own_run_only(context, table.name))
+        if noted_batch is None:
+            not_in_this_run(context, table.name)
         events = read_table(spark(), table.uri) if noted_batch["events"] else None
         return batch_from_note(events, noted_batch)
 

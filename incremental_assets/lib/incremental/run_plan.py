@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 import pyarrow as pa
 from dagster import Failure, TableColumn
 
-from incremental_assets.lib.catalog import INCREMENTAL_JOB
+from incremental_assets.lib.catalog import BASE_GROUP, INCREMENTAL_JOB, INCREMENTAL_TAG, TABLES
 from incremental_assets.lib.delta.io_manager import write_metadata
 from incremental_assets.lib.delta.log import Snapshot, read_rows, row_count
 from incremental_assets.lib.delta.spec import DeltaWriteError, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows
+from incremental_assets.lib.errors import refuse_run
 from incremental_assets.lib.incremental.limits import RunLimits, RunState, nothing_new
 from incremental_assets.lib.source.arrivals import (
     NOTHING_ARRIVED,
@@ -113,17 +114,42 @@ class PlanHandler:
     def load(self, context, table, spark) -> RunPlan:
         rows = read_rows(table.uri, filters=[("run_id", "=", table.run_id)]) or []
         if not rows:
-            raise Failure(own_run_only(context, table.name))
+            not_in_this_run(context, table.name)
         return plan_from_row(rows[0])
 
 
-def own_run_only(context, table: str) -> str:
-    """Why a step cannot load a per-run value (a plan, a batch): it is not its run's."""
+def incremental_models(layer) -> list[str]:
+    """The incremental assets selected in a run (its job's asset layer): its limits are computed over them."""
+    graph = layer.asset_graph
+    return sorted(key.path[-1] for key in layer.selected_asset_keys if graph.get(key).tags.get(INCREMENTAL_TAG) == "true")
+
+
+def outside_the_unit(layer) -> str | None:
+    """Why a run's selection is not a whole incremental run, which its steps cannot be without one
+    another: the base chain (its window, session layer and batch, decided once and handed down)
+    and at least one incremental asset. None: it is one. Said before anything is written, with
+    what to click instead (Materialize on one asset selects that asset alone)."""
+    selected = {key.path[-1] for key in layer.selected_asset_keys}
+    chain = {table.name for table in TABLES if table.group == BASE_GROUP}
+    lacks = sorted(chain - selected) or ([] if incremental_models(layer) else ["an incremental asset"])
+    if not lacks:
+        return None
     return (
-        f"{context.step_context.step.key} consumes the {table} of its own run, and this run has none: "
-        f"materialize it with the job '{INCREMENTAL_JOB}' (or select it together with the whole base "
-        f"chain: new_event_limits, sessions_lifecycle_manifest, quarantined_sessions, events_this_run)."
+        f"refused: {', '.join(sorted(selected))} alone is part of an incremental run, which also needs "
+        f"{', '.join(lacks)}; nothing was written. Materialize the job {INCREMENTAL_JOB} instead (Jobs > "
+        f"{INCREMENTAL_JOB} > Materialize all; or incremental-assets run): it runs every step of the window together."
     )
+
+
+def not_in_this_run(context, table: str) -> NoReturn:
+    """A step found no plan or batch of its own run (`table`) to load. Its selection is part of
+    the unit, the usual reason (a step's inputs load before it runs: this is the first place it
+    is seen): refused. Else another run has replaced them: a failure."""
+    step = context.step_context
+    refused = outside_the_unit(step.job_def.asset_layer)
+    if refused:
+        refuse_run(step.instance, step.dagster_run, refused)
+    raise Failure(f"{step.step.key} consumes the {table} of its own run, and another run has replaced it: run {INCREMENTAL_JOB} again")
 
 
 def run_arrival_bounds(limits: RunLimits, start_date: date, next_lower: datetime | None) -> ArrivalBounds:

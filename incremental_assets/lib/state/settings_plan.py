@@ -25,6 +25,7 @@ from incremental_assets.lib.catalog import (
     known_incremental,
 )
 from incremental_assets.lib.delta.log import row_count
+from incremental_assets.lib.errors import refuse_run
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.fingerprints import Fingerprint, Plan, fingerprint_of, plan
 from incremental_assets.lib.state.hooks import alive_in
@@ -90,9 +91,5 @@ def start_writing(
         adopted = {table: current[table] for table in changes.adopted}
         try:
             state.acquire(run_id, assets, window, alive_in(context.instance), adopt=adopted)
-        except LeaseHeld as refused:
-            # Not a failure of this run's data: another writer is at work. Ending the run as
-            # canceled shows it so, and Dagster then resolves the checks it planned as skipped,
-            # where a failed run would show each of them as failed.
-            context.instance.report_run_canceling(context.run, message=str(refused).split(". ")[0])
-            raise
+        except LeaseHeld as refused:  # another writer is at work: nothing wrong with this run's data
+            refuse_run(context.instance, context.run, str(refused), cause=refused)

@@ -1,25 +1,78 @@
 """What every asset that writes the warehouse shares, whoever launches its run: the kinds and
-owners the UI shows, the run-log hooks that close its records, and the one-writer pool the run
-queue limits. The project's jobs, Dagster's own asset job (a UI materialization or backfill,
-`dagster asset materialize`), sensors and declarative automation all run the same definitions, so
-they obey the same contract (the lease itself is taken by a run's first writer:
-lib/state/settings_plan.py::start_writing)."""
+owners the UI shows, the run-log hooks that close its records, the one-writer pool the run queue
+limits, and a Terminate that reads as one. The project's jobs, Dagster's own asset job (a UI
+materialization or backfill, `dagster asset materialize`), sensors and declarative automation all
+run the same definitions, so they obey the same contract (the lease itself is taken by a run's
+first writer: lib/state/settings_plan.py::start_writing)."""
 
-from dagster import asset, multi_asset
+import functools
+import inspect
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from dagster import AssetExecutionContext, DagsterRunStatus, Failure, asset, multi_asset
+from dagster._core.errors import DagsterInvariantViolationError
 
 from incremental_assets.lib.catalog import WAREHOUSE_POOL
+from incremental_assets.lib.errors import RunRefused, one_line
 from incremental_assets.lib.state.hooks import RUN_LOG_HOOKS
+from incremental_assets.lib.state.store import run_of
 
 OWNERS = ["team:data-engineering"]
 SPARK_DELTA = {"spark", "delta"}
 WRITER = {"owners": OWNERS, "hooks": RUN_LOG_HOOKS, "pool": WAREHOUSE_POOL}
+ENDING = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
 
 
 def spark_delta_asset(**kwargs):
     """@asset for a Spark job on a Delta table of the warehouse."""
-    return asset(kinds=SPARK_DELTA, **WRITER, **kwargs)
+    return lambda compute: asset(kinds=SPARK_DELTA, **WRITER, **kwargs)(terminated_as_such(compute))
 
 
 def spark_delta_multi_asset(**kwargs):
     """@multi_asset whose outputs are Delta tables of the warehouse (each out says its kinds)."""
-    return multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)
+    return lambda compute: multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)(terminated_as_such(compute))
+
+
+def terminated_as_such(compute: Callable) -> Callable:
+    """The step `compute`, whose error while its run is being canceled (a Terminate in the UI) says
+    so. The interrupt lands in pyspark's SIGINT handler, which cancels the JVM's jobs, and the step
+    then fails with whatever the Spark call under way raised ("Py4JError ... o287.cache")."""
+    if inspect.isgeneratorfunction(compute):
+        @functools.wraps(compute)
+        def steps(*args, **kwargs):
+            with _terminate_named():
+                yield from compute(*args, **kwargs)
+        return steps
+
+    @functools.wraps(compute)
+    def step(*args, **kwargs):
+        with _terminate_named():
+            return compute(*args, **kwargs)
+    return step
+
+
+@contextmanager
+def _terminate_named() -> Iterator[None]:
+    try:
+        yield
+    except RunRefused:  # canceled by the step itself, with its reason
+        raise
+    except Exception as error:
+        context = _current_context()
+        run_id = run_of(context) if context is not None else None
+        if run_id is None or context.instance.get_run_by_id(run_id).status not in ENDING:
+            raise
+        raise Failure(
+            description=f"terminated: run {run_id} was canceled while {context.op_execution_context.op.name} ran "
+            f"(the Spark call under way ended with: {one_line(error)})",
+            allow_retries=False,
+        ) from None
+
+
+def _current_context() -> AssetExecutionContext | None:
+    """The step's context; None for an asset called directly (a test) outside a run."""
+    try:
+        return AssetExecutionContext.get()
+    except DagsterInvariantViolationError:
+        return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus
 from incremental_assets.cli.runner import run_until_caught_up
 from incremental_assets.lib.catalog import EVENTS_THIS_RUN
+from incremental_assets.lib.errors import step_failure
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
@@ -133,6 +134,9 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             for pid in jvm:
                 os.kill(pid, signal.SIGCONT)
             assert ended(instance, canceled).status == DagsterRunStatus.CANCELED, story(instance, canceled, tmp_path / "worker.log")
+            told = [str(step_failure(log.dagster_event.step_key, log.dagster_event.step_failure_data.error))
+                    for log in instance.all_logs(canceled, of_type=DagsterEventType.STEP_FAILURE)]
+            assert told and all(": terminated: run " in line or "Interrupt" in line for line in told), told
             wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), 180)
             assert serving(home)["pid"] == worker.pid
             for _ in range(5):  # the run after a failed one brings the assets in sync window by window

@@ -5,7 +5,7 @@ A module under `defs/` either ends in `defs(settings) -> Definitions`, or declar
 checks at module level (a user's own incremental asset is one such file, and nothing else). The
 policy: the in-process executor (a run starts one Spark JVM, not one per step), the command
 line's logger, and the freshness checks of the tables with a threshold in the settings, evaluated
-by their own sensor (the jobs leave them out of their steps).
+in every run that writes their table and, between runs, by their own sensor.
 """
 
 import importlib

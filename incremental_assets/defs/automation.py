@@ -34,7 +34,6 @@ from incremental_assets.lib.catalog import (
     DAILY_JOB,
     DAILY_MANIFEST,
     EVENTS_THIS_RUN,
-    FRESHNESS_CHECKS,
     FROM_DAILY,
     INCREMENTAL_JOB,
     INCREMENTAL_MANIFEST,
@@ -56,8 +55,6 @@ from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
-# The freshness checks are evaluated by their own sensor (definitions.py), not as steps of a run.
-NOT_IN_RUNS = AssetSelection.checks(*FRESHNESS_CHECKS)
 KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
 DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
 REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
@@ -80,13 +77,13 @@ incremental_job = define_asset_job(
     INCREMENTAL_JOB,
     # the base chain, every incremental asset (a user's own, in any group), the daily manifest
     selection=(AssetSelection.groups(BASE_GROUP) | AssetSelection.tag(INCREMENTAL_TAG, "true")
-               | AssetSelection.assets(DAILY_MANIFEST)) - NOT_IN_RUNS,
+               | AssetSelection.assets(DAILY_MANIFEST)),
     description="One incremental run: limits, session layer, events this run, then the incremental assets.",
 )
 
 daily_job = define_asset_job(
     DAILY_JOB,
-    selection=AssetSelection.assets(DAILY_AGGREGATES, *FROM_DAILY) - NOT_IN_RUNS,
+    selection=AssetSelection.assets(DAILY_AGGREGATES, *FROM_DAILY),
     description="Recompute daily_aggregates for a range of days (one run, one Spark session), then attributes "
     "and attributes_history.",
 )

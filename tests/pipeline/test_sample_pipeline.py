@@ -1,9 +1,12 @@
 """The whole incremental job over the generated sample stream, checked against plain DataFrame
 queries on the source (not the production code path)."""
 
+import asyncio
 from datetime import date, datetime
 
-from dagster import DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from dagster._core.loader import LoadingContextForTest
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionResolvedStatus
 from pyspark.sql import functions as F
 
 from incremental_assets.cli.preview import preview
@@ -56,6 +59,7 @@ def test_sample_stream_end_to_end(spark, warehouse):
     append_hours(spark, source_uri, 24)  # the fifth day arrives in 24 hourly batches
     summary = run_incremental(SETTINGS, now=NOW, instance=instance)
     assert summary.success and summary.caught_up
+    assert summary.daily_runs, "the fifth day's events marked days to recompute"
 
     source = read_table(spark, source_uri)
     filtered = read_table(spark, f"{warehouse}/filtered_events")
@@ -75,3 +79,10 @@ def test_sample_stream_end_to_end(spark, warehouse):
     again = run_incremental(SETTINGS, now=NOW, instance=instance)
     assert again.success and again.value("filtered_events", "new_events", 0) == 0
     assert before == {t: sorted(map(tuple, read_table(spark, f"{warehouse}/{t}").collect())) for t in tables}
+
+    # Freshness is evaluated in the runs that write its table: fresh right after them, not "not evaluated".
+    for asset, run_id in (("filtered_events", again.run_id), ("daily_aggregates", summary.daily_runs[-1].run_id)):
+        [latest] = instance.event_log_storage.get_asset_check_execution_history(
+            AssetCheckKey(AssetKey(asset), "freshness_check"), limit=1)
+        assert latest.run_id == run_id, asset
+        assert asyncio.run(latest.resolve_status(LoadingContextForTest(instance))) == AssetCheckExecutionResolvedStatus.SUCCEEDED

@@ -10,18 +10,17 @@ import inspect
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from dagster import AssetExecutionContext, DagsterRunStatus, Failure, asset, multi_asset
+from dagster import AssetExecutionContext, asset, multi_asset
 from dagster._core.errors import DagsterInvariantViolationError
 
 from incremental_assets.lib.catalog import WAREHOUSE_POOL
-from incremental_assets.lib.errors import RunRefused, one_line
+from incremental_assets.lib.errors import INTERRUPTED, terminated
 from incremental_assets.lib.state.hooks import RUN_LOG_HOOKS
 from incremental_assets.lib.state.store import run_of
 
 OWNERS = ["team:data-engineering"]
 SPARK_DELTA = {"spark", "delta"}
 WRITER = {"owners": OWNERS, "hooks": RUN_LOG_HOOKS, "pool": WAREHOUSE_POOL}
-ENDING = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
 
 
 def spark_delta_asset(**kwargs):
@@ -36,8 +35,7 @@ def spark_delta_multi_asset(**kwargs):
 
 def terminated_as_such(compute: Callable) -> Callable:
     """The step `compute`, whose error while its run is being canceled (a Terminate in the UI) says
-    so. The interrupt lands in pyspark's SIGINT handler, which cancels the JVM's jobs, and the step
-    then fails with whatever the Spark call under way raised ("Py4JError ... o287.cache")."""
+    so (lib/errors.terminated; the IO manager does the same for the write)."""
     if inspect.isgeneratorfunction(compute):
         @functools.wraps(compute)
         def steps(*args, **kwargs):
@@ -56,18 +54,12 @@ def terminated_as_such(compute: Callable) -> Callable:
 def _terminate_named() -> Iterator[None]:
     try:
         yield
-    except RunRefused:  # canceled by the step itself, with its reason
-        raise
-    except Exception as error:
+    except INTERRUPTED as error:
         context = _current_context()
-        run_id = run_of(context) if context is not None else None
-        if run_id is None or context.instance.get_run_by_id(run_id).status not in ENDING:
+        told = terminated(error, context.instance, run_of(context), context.op_execution_context.op.name) if context else None
+        if told is None:
             raise
-        raise Failure(
-            description=f"terminated: run {run_id} was canceled while {context.op_execution_context.op.name} ran "
-            f"(the Spark call under way ended with: {one_line(error)})",
-            allow_retries=False,
-        ) from None
+        raise told from None
 
 
 def _current_context() -> AssetExecutionContext | None:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, NoReturn
 
-from dagster import DagsterInstance, DagsterRun, Failure
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Failure
+from dagster._core.errors import DagsterExecutionInterruptedError
+
+# What a step may raise once its run is canceled: Dagster's interrupt (no message), or, once a
+# Spark session exists, whatever the Spark call under way raised when pyspark's SIGINT handler
+# cancelled the JVM's jobs ("Py4JError ... o287.cache").
+INTERRUPTED = (Exception, KeyboardInterrupt, DagsterExecutionInterruptedError)
 
 MAX_LINE = 2000
 
@@ -36,6 +42,21 @@ def refuse_run(instance: DagsterInstance, run: DagsterRun, why: str, cause: Base
     first sentence)."""
     instance.report_run_canceling(run, message=why.split(". ")[0])
     raise RunRefused(description=why, allow_retries=False) from cause
+
+
+def terminated(error: BaseException, instance: DagsterInstance | None, run_id: str | None, step: str) -> BaseException | None:
+    """What a step's `error` becomes when its run is being canceled (a Terminate in the UI): it
+    says so. An interrupt stays one (the run stops there); an error becomes a Failure (the step's
+    hooks close its records). None: the run is not being canceled, and the error is told as it is."""
+    if instance is None or run_id is None or isinstance(error, RunRefused):
+        return None
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status not in (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED):
+        return None
+    told = f"terminated: run {run_id} was canceled while {step} ran"
+    if isinstance(error, Exception):
+        return Failure(description=f"{told} (the Spark call under way ended with: {one_line(error)})", allow_retries=False)
+    return DagsterExecutionInterruptedError(told)
 
 
 def one_line(error: BaseException | str) -> str:

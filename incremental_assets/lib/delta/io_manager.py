@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 from dagster import (
     ConfigurableIOManagerFactory,
+    DagsterInstance,
     Failure,
     FilesystemIOManager,
     InputContext,
@@ -36,6 +37,7 @@ from dagster import (
     TableSchema,
     TimeWindowPartitionsDefinition,
 )
+from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -64,7 +66,7 @@ from incremental_assets.lib.delta.write import (
     write,
 )
 from incremental_assets.lib.environment import table_uri, warehouse_root
-from incremental_assets.lib.errors import TableWriteError
+from incremental_assets.lib.errors import INTERRUPTED, TableWriteError, terminated
 from incremental_assets.lib.spark import SparkResource
 
 
@@ -224,7 +226,12 @@ class _DeltaIOManager(IOManager):
             stored = handler.store(context, table, obj, self._spark)
         except (DeltaWriteError, Failure):
             raise  # the project's own refusals name their table already
-        except Exception as error:  # deltalake's, the JVM's: named by the table they were writing
+        except INTERRUPTED as error:  # deltalake's, the JVM's: named by the table they were writing
+            told = terminated(error, _instance_of(context), table.run_id, table.name)
+            if told is not None:
+                raise told from None
+            if not isinstance(error, Exception):
+                raise
             raise TableWriteError(table.uri, error) from error
         context.add_output_metadata({"table_uri": MetadataValue.path(table.uri), **stored, **self.config.shown(table.name, context.run_id)})
 
@@ -255,6 +262,14 @@ class _DeltaIOManager(IOManager):
                     "replace_partition with a partition_column so only the run's window is replaced"
                 )
         return TableSlice(name, uri, spec, window, run_id)
+
+
+def _instance_of(context: OutputContext) -> DagsterInstance | None:
+    """The run's instance; None for an output context built without a step (a test)."""
+    try:
+        return context.step_context.instance
+    except DagsterInvariantViolationError:
+        return None
 
 
 def write_metadata(columns: list[TableColumn], uri: str, result: WriteResult) -> dict[str, Any]:

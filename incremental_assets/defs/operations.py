@@ -16,39 +16,54 @@ from dagster import (
     job,
     op,
 )
+from pydantic import Field
 
 from incremental_assets.lib.catalog import WAREHOUSE_POOL, known_incremental, maintained_tables
 from incremental_assets.lib.delta.log import table_exists
+from incremental_assets.lib.environment import warehouse_root
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.upkeep.apply import apply_plan
 from incremental_assets.lib.upkeep.maintenance import maintain
 from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
-from incremental_assets.lib.state.hooks import alive_in, record_failed
+from incremental_assets.lib.state.hooks import RUN_LOG_HOOKS, alive_in
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 
 
+class RefreshConfig(Config):
+    """No default: the launchpad shows the field missing until the warehouse's path is typed."""
+
+    confirm_warehouse: str = Field(description="Type the warehouse's path to confirm that every table built from the "
+                                   "source in it is emptied (the run's metadata and the run log name it)")
+
+
 @op(out=Out(Nothing), pool=WAREHOUSE_POOL,
-    description="Empty the manifests and every table built from the source (needs allow_refresh).")
-def full_refresh(context: OpExecutionContext, settings: IncrementalSettings) -> Output:
+    description="Empty the manifests and every table built from the source (needs allow_refresh, and the "
+    "warehouse's path typed in confirm_warehouse).")
+def full_refresh(context: OpExecutionContext, config: RefreshConfig, settings: IncrementalSettings) -> Output:
+    if config.confirm_warehouse.rstrip("/") != warehouse_root().rstrip("/"):
+        raise Failure(f"Nothing was dropped: confirm_warehouse is {config.confirm_warehouse!r}, and this run's warehouse "
+                      f"is {warehouse_root()!r}. Type that path to refresh it.", allow_retries=False)
     try:
         deleted = refresh(settings, context.instance, known_incremental(context), run_id=context.run_id)
     except RefreshNotAllowed as refused:
         raise Failure(str(refused), allow_retries=False) from None
     return Output(None, metadata={
+        "warehouse": MetadataValue.path(warehouse_root()),
         "rows_deleted": markdown_table(["table", "rows deleted"], sorted(deleted.items())),
         "next": f"incremental runs rebuild from start_date {settings.start_date} (the source sensor requests them)",
     })
 
 
 @job(
-    hooks={record_failed},
-    description="Full refresh: empties the manifests and derived tables, refused unless the launchpad sets "
-    "resources.settings.config.allow_refresh: true; incremental runs then rebuild from start_date.",
+    hooks=RUN_LOG_HOOKS,
+    description="Full refresh: empties the manifests and derived tables; incremental runs then rebuild from "
+    "start_date. In the launchpad, set allow_refresh to true under resources > settings > config, and type the "
+    "warehouse's path in confirm_warehouse under ops > full_refresh > config.",
 )
 def refresh_job():
     full_refresh()
@@ -78,7 +93,7 @@ def apply_settings_plan(
 
 
 @job(
-    hooks={record_failed},
+    hooks=RUN_LOG_HOOKS,
     description="Apply the plan of a settings change (incremental-assets plan shows it): launch with "
     "ops.apply_settings_plan.config.forward_only true to rebuild nothing and apply it from now on.",
 )
@@ -113,7 +128,7 @@ def maintain_tables(context: OpExecutionContext, state: StateStore, settings: In
     })
 
 
-@job(hooks={record_failed}, description="Compact small files and vacuum old ones in every warehouse table.")
+@job(hooks=RUN_LOG_HOOKS, description="Compact small files and vacuum old ones in every warehouse table.")
 def maintenance_job():
     maintain_tables()
 

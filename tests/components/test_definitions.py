@@ -41,7 +41,7 @@ def test_every_writer_of_the_warehouse_is_in_the_one_writer_pool_with_the_run_lo
     assert {key.path[-1] for node in writers for key in node.keys} == {name for name, t in BY_NAME.items() if t.group}
     for node in writers:
         assert node.node_def.pool == WAREHOUSE_POOL, node.keys
-        assert {hook.name for hook in node.hook_defs} == {"record_processed", "record_failed"}, node.keys
+        assert {hook.name for hook in node.hook_defs} == {"record_outcome"}, node.keys
     for job in ("refresh_job", "apply_plan_job", "maintenance_job"):
         assert {op.definition.pool for op in defs.resolve_job_def(job).graph.node_dict.values()} == {WAREHOUSE_POOL}
 
@@ -132,3 +132,23 @@ def test_definitions_load_against_a_missing_warehouse_and_read_nothing(tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "2023-05-01", "the first day comes from the settings"
     assert not missing.exists()
+
+
+
+def test_a_step_logs_its_run_log_hook_once_and_no_skipped_hook(warehouse):
+    """One hook records either outcome: a success hook and a failure hook each logged HOOK_SKIPPED
+    for every step, as the other's outcome."""
+    from dagster import DagsterEventType, DagsterInstance, materialize
+
+    from incremental_assets.lib.assets import spark_delta_asset
+    from incremental_assets.lib.state.store import StateStore
+
+    @spark_delta_asset(name="probe")
+    def probe():
+        return None
+
+    instance = DagsterInstance.ephemeral()
+    result = materialize([probe], resources={"state": StateStore()}, instance=instance)
+    assert result.success
+    assert not instance.all_logs(result.run_id, of_type=DagsterEventType.HOOK_SKIPPED)
+    assert len(instance.all_logs(result.run_id, of_type=DagsterEventType.HOOK_COMPLETED)) == 1

@@ -4,7 +4,7 @@ both manifests are emptied under the lease, and the rebuild from start_date give
 from datetime import date
 
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterInvalidConfigError
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_until_caught_up, settings_run_config
@@ -44,13 +44,21 @@ def test_refresh_is_refused_without_allow_refresh_then_rebuilds_the_same_tables(
     assert _tables(spark, warehouse) == before and StateStore().entries()
 
     # From the launchpad: refresh_job, refused with the same message, then allowed by its config.
+    # It also needs the warehouse's path typed: allow_refresh alone is one edit of a pre-filled field.
     job = build_definitions(settings).resolve_job_def(refresh_job.name)
-    refused = job.execute_in_process(run_config=settings_run_config(settings), instance=instance, raise_on_error=False)
+    confirmed = {"ops": {"full_refresh": {"config": {"confirm_warehouse": warehouse}}}}
+    refused = job.execute_in_process(run_config={**settings_run_config(settings), **confirmed}, instance=instance, raise_on_error=False)
     assert not refused.success and "Nothing was dropped" in str(refused.all_events)
     assert _tables(spark, warehouse) == before
 
     allowed = settings.model_copy(update={"allow_refresh": True})
-    launched = job.execute_in_process(run_config=settings_run_config(allowed), instance=instance)
+    with pytest.raises(DagsterInvalidConfigError, match="confirm_warehouse"):
+        job.execute_in_process(run_config=settings_run_config(allowed), instance=instance)
+    mistyped = {"ops": {"full_refresh": {"config": {"confirm_warehouse": "/tmp/another-warehouse"}}}}
+    refused = job.execute_in_process(run_config={**settings_run_config(allowed), **mistyped}, instance=instance, raise_on_error=False)
+    assert not refused.success and f"this run's warehouse is {warehouse!r}" in str(refused.all_events)
+    assert _tables(spark, warehouse) == before
+    launched = job.execute_in_process(run_config={**settings_run_config(allowed), **confirmed}, instance=instance)
     deleted = {r["asset"]: r["rows"] for r in StateStore().run_log(run_id=launched.run_id) if r["status"] == "Processed"}
     assert set(deleted) == set(refreshed_tables()) and "new_event_limits" not in deleted
     assert deleted["filtered_events"] == len(before["filtered_events"])

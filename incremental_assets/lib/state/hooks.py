@@ -19,9 +19,9 @@ from dagster import (
     HookContext,
     MetadataValue,
     RunsFilter,
-    failure_hook,
-    success_hook,
 )
+from dagster._core.definitions.decorators.hook_decorator import event_list_hook
+from dagster._core.definitions.events import HookExecutionResult
 
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
 from incremental_assets.lib.errors import step_failure
@@ -91,7 +91,17 @@ def process_exists(pid: int) -> bool:
     return True
 
 
-@success_hook(required_resource_keys={"state"})
+@event_list_hook(required_resource_keys={"state"})
+def record_outcome(context: HookContext, event_list) -> HookExecutionResult:
+    """Each step's outcome in the run log, by one hook: a success hook and a failure hook would log
+    the other one as skipped for every step."""
+    if any(event.is_step_failure for event in event_list):
+        record_failed(context)
+    elif any(event.is_step_success for event in event_list):
+        record_processed(context)
+    return HookExecutionResult(hook_name="record_outcome", is_skipped=False)
+
+
 def record_processed(context: HookContext) -> None:
     """Each asset the step materialized: Processed, with its row counts and skip reasons."""
     state: StateStore = context.resources.state
@@ -104,7 +114,6 @@ def record_processed(context: HookContext) -> None:
             )
 
 
-@failure_hook(required_resource_keys={"state"})
 def record_failed(context: HookContext) -> None:
     """A failed step ends the run's writing: every asset still open is Failed, with the error."""
     failure = step_failure(context.step_key, context.op_exception)
@@ -121,7 +130,7 @@ def as_markdown(rows: list[dict]) -> MetadataValue:
 
 
 # The run log records each asset's outcome when its step ends (the lease is taken at the first write).
-RUN_LOG_HOOKS = {record_processed, record_failed}
+RUN_LOG_HOOKS = {record_outcome}
 
 
 def behind_daily_aggregates(instance: DagsterInstance) -> list[AssetKey]:

@@ -26,6 +26,7 @@ from dagster import (
 )
 
 from dagster._core.execution.backfill import BulkActionStatus
+from dagster._core.storage.tags import RUN_KEY_TAG
 
 from incremental_assets.lib.catalog import (
     APPLY_PLAN_JOB,
@@ -251,7 +252,21 @@ def attributes_after_daily_aggregates(context: SensorEvaluationContext):
     if instance.get_backfills(status=BulkActionStatus.REQUESTED):
         return SkipReason("A backfill is in progress: attributes and attributes_history follow once it is done")
     daily = instance.fetch_materializations(AssetKey(DAILY_AGGREGATES), limit=1).records[0]
-    return RunRequest(run_key=f"attributes-after-{daily.storage_id}", asset_selection=behind)
+    key = unused_key(instance, f"attributes-after-{daily.storage_id}")
+    return key if isinstance(key, SkipReason) else RunRequest(run_key=key, asset_selection=behind)
+
+
+def unused_key(instance: DagsterInstance, key: str) -> str | SkipReason:
+    """A run key no run has used for this change yet: Dagster drops a request under a used one
+    without a word. A used key whose run succeeded while the tables are still behind (their
+    materializations wiped) is followed by the next one; a failed or canceled one is for a person
+    to look at, and the skip says so."""
+    while runs := instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: key}), limit=1):
+        if runs[0].status != DagsterRunStatus.SUCCESS:
+            return SkipReason(f"Run {runs[0].run_id} for this change to daily_aggregates ended {runs[0].status.value}: "
+                              "look at it, then materialize attributes and attributes_history")
+        key = f"{key}-after-{runs[0].run_id}"
+    return key
 
 
 def defs(settings: IncrementalSettings) -> Definitions:

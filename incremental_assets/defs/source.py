@@ -1,6 +1,8 @@
 """The source: atomic_events (the embedded sample stream, advanced one load batch at a time from the
-UI; a user's own source table is the same asset, pointed at by INCREMENTAL_ASSETS_SOURCE), and what
+UI, never past the current hour; a user's own source table is the same asset, pointed at by INCREMENTAL_ASSETS_SOURCE), and what
 arrived in it per load day, the rows no run can process included."""
+
+from datetime import datetime, timedelta
 
 from dagster import (
     AssetExecutionContext,
@@ -9,13 +11,16 @@ from dagster import (
     Definitions,
     MaterializeResult,
     MetadataValue,
+    TableSchema,
     define_asset_job,
 )
 from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.catalog import ATOMIC_EVENTS, SAMPLE_GROUP, SAMPLE_LOAD_JOB, SOURCE_GROUP
+from incremental_assets.lib.catalog import ATOMIC_EVENTS, SAMPLE_LOAD_JOB, SOURCE_GROUP
+from incremental_assets.lib.delta.io_manager import stored_columns
+from incremental_assets.lib.delta.log import row_count, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.delta.write import last_commit
@@ -26,6 +31,7 @@ from incremental_assets.lib.sample.stream import append_hours, generate_stream, 
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import LOAD_DATE
 from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.utc import utcnow
 
 
 def summarize_loads(events: DataFrame) -> DataFrame:
@@ -70,30 +76,46 @@ def source_load_summary(context: AssetExecutionContext, spark: SparkResource) ->
 
 
 class SampleBatchConfig(Config):
-    hours: int = Field(default=1, description="How many hourly load batches to append")
+    hours: int = Field(default=1, description="How many hourly load batches to append (at most those due by now)")
+
+
+def hours_due(loaded_until: datetime, now: datetime) -> int:
+    """Whole load hours between the stream's end and now: an hour's batch is due once it has passed
+    (a loader never delivers rows stamped ahead of the clock)."""
+    return max(0, int((now - loaded_until).total_seconds() // 3600))
 
 
 @spark_delta_asset(
     name=ATOMIC_EVENTS,
-    group_name=SAMPLE_GROUP,
-    description="The sample source events table (Snowplow atomic columns, partitioned by load_date). "
-    "Each materialization appends the stream's next hourly load batch(es), as a loader would; the "
-    "first one starts the stream.",
+    group_name=SOURCE_GROUP,
+    description="The source events table (Snowplow atomic columns, partitioned by load_date): the sample "
+    "stream here, or your own table (INCREMENTAL_ASSETS_SOURCE). Each materialization appends the sample "
+    "stream's next hourly load batch(es) that are due by now, as a loader would; the first one starts the stream.",
 )
 def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spark: SparkResource) -> MaterializeResult:
     uri = table_uri(ATOMIC_EVENTS)
-    if read_stream_state(uri) is None:
-        rows = generate_stream(spark.spark_session, uri, SampleParams(), hours=config.hours)
-    else:
-        rows = append_hours(spark.spark_session, uri, config.hours)
-    _, loaded_until = read_stream_state(uri)
-    commit = last_commit(uri)
+    state = read_stream_state(uri)
+    hours = min(config.hours, hours_due(state[1] if state else SampleParams().start, utcnow()))
+    rows = 0
+    if hours and state is None:
+        rows = generate_stream(spark.spark_session, uri, SampleParams(), hours=hours)
+    elif hours:
+        rows = append_hours(spark.spark_session, uri, hours)
+    stream = read_stream_state(uri)
+    loaded_until = stream[1] if stream else None
+    if hours < config.hours:
+        context.log.info(f"{hours} of the {config.hours} hour(s) asked for were due: the stream is loaded up to "
+                         f"{loaded_until}, and its next hour comes due at {loaded_until + timedelta(hours=1) if loaded_until else '?'}")
+    stored = stored_table(uri)
     return MaterializeResult(
         metadata={
             "rows_appended": rows,
+            "hours_appended": hours,
             "loaded_until": str(loaded_until),
-            "delta_version": commit.version,
+            "delta_version": last_commit(uri).version if stored else None,
             "table_uri": MetadataValue.path(uri),
+            **({"dagster/row_count": row_count(uri), "dagster/column_schema": TableSchema(columns=stored_columns(stored))}
+               if stored else {}),
         }
     )
 

@@ -31,7 +31,6 @@ INCREMENTAL_MANIFEST = "incremental_manifest"
 RUN_LOG = "run_log"
 FINGERPRINTS = "table_fingerprints"
 
-SAMPLE_GROUP = "sample"
 SOURCE_GROUP = "source"
 BASE_GROUP = "incremental_base"
 INCREMENTAL_GROUP = "incremental"
@@ -48,6 +47,9 @@ MAINTENANCE_JOB = "maintenance_job"
 INCREMENTAL_TAG = "incremental_assets/incremental"
 # A keyhole run the source sensor requests for rows behind the cursor: its range.
 KEYHOLE_TAG = "incremental_assets/keyhole"
+# An incremental run's state and window (lower..upper), tagged once decided: the Runs page filters by them.
+RUN_STATE_TAG = "incremental_assets/run_state"
+WINDOW_TAG = "incremental_assets/window"
 # A run the source sensor requests again for one that was canceled or failed: that run's id.
 RETRY_TAG = "incremental_assets/retry_of"
 # A run the warm worker executes (lib/worker.py): the worker's host:pid, which outlives the run.
@@ -90,7 +92,7 @@ class Table:
 
 
 TABLES = (
-    Table(ATOMIC_EVENTS, SAMPLE_GROUP, LOADER, ("event_id",), refreshed=False),
+    Table(ATOMIC_EVENTS, SOURCE_GROUP, LOADER, ("event_id",), refreshed=False),
     Table(SOURCE_SUMMARY, SOURCE_GROUP, IO_MANAGER, ("load_date",), refreshed=False),
     Table(NEW_EVENT_LIMITS, BASE_GROUP, IO_MANAGER, ("run_id",), refreshed=False),  # every run's record, kept
     Table(LIFECYCLE, BASE_GROUP, IO_MANAGER, ("session_identifier",), rules=SOURCE_RULES),

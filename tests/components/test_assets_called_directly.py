@@ -60,3 +60,30 @@ def test_an_explicit_window_builds_but_says_the_manifest_stays(spark):
     output = call(sessions, spark, limits=keyhole)
     assert output.value.frame.count() == 2
     assert output.metadata["manifest"].value == "not moved: explicit window (keyhole backfill)"
+
+
+def test_the_sample_loader_appends_only_the_hours_due_by_now(spark, spark_resource, warehouse):
+    """The launchpad's `hours: 24` on a stream loaded up to two hours ago appends those two: rows
+    stamped ahead of the clock would wait unseen while the sensor calls the warehouse caught up."""
+    from datetime import timedelta
+
+    from incremental_assets.defs.source import SampleBatchConfig, atomic_events
+    from incremental_assets.lib import environment
+    from incremental_assets.lib.sample.generator import SampleParams
+    from incremental_assets.lib.sample.stream import generate_stream, read_stream_state
+    from incremental_assets.lib.utc import utcnow
+
+    now = utcnow()
+    start = now.date() - timedelta(days=1)
+    loaded = int((now - datetime.combine(start, datetime.min.time())).total_seconds() // 3600) - 2
+    uri = environment.table_uri(environment.ATOMIC_EVENTS)
+    generate_stream(spark, uri, SampleParams(users=3, days=2, events_per_day=48, start_date=start, seed=2), hours=loaded)
+
+    result = atomic_events(build_asset_context(), SampleBatchConfig(hours=24), spark_resource)
+    assert result.metadata["hours_appended"] == 2
+    _, loaded_until = read_stream_state(uri)
+    assert loaded_until <= utcnow() and loaded_until == datetime.combine(start, datetime.min.time()) + timedelta(hours=loaded + 2)
+    assert result.metadata["dagster/row_count"] > 0 and result.metadata["dagster/column_schema"].columns
+
+    again = atomic_events(build_asset_context(), SampleBatchConfig(hours=24), spark_resource)
+    assert again.metadata["hours_appended"] == 0 and again.metadata["rows_appended"] == 0

@@ -12,7 +12,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from incremental_assets.cli.runner import _execute, run_incremental
 from incremental_assets.lib import environment
-from incremental_assets.lib.catalog import TABLES
+from incremental_assets.lib.catalog import RUN_STATE_TAG, TABLES, WINDOW_TAG
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
@@ -37,7 +37,10 @@ def test_materialize_on_one_asset_of_the_unit_is_refused_as_canceled_and_writes_
                     SampleParams(users=5, days=2, events_per_day=60, start_date=date(2024, 3, 1), seed=5), hours=24)
     settings = IncrementalSettings(start_date="2024-03-01")
     instance = DagsterInstance.ephemeral()
-    assert run_incremental(settings, now="2024-03-02T00:00:00", instance=instance).success
+    first = run_incremental(settings, now="2024-03-02T00:00:00", instance=instance)
+    assert first.success
+    tags = instance.get_run_by_id(first.run_id).tags  # the Runs page filters by the run's state and window
+    assert (tags[RUN_STATE_TAG], tags[WINDOW_TAG]) == ("first_run", "2024-03-01T00:00:00..2024-03-02T00:00:00")
     state = StateStore()
     before, log_before, manifest_before = _versions(state), state.run_log(), state.entries()
 

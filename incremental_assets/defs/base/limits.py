@@ -20,7 +20,7 @@ from pydantic import Field
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import SparkSession
 
-from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_LIMITS
+from incremental_assets.lib.catalog import ATOMIC_EVENTS, BASE_GROUP, NEW_EVENT_LIMITS, RUN_STATE_TAG, WINDOW_TAG
 from incremental_assets.lib.delta.log import Snapshot, read_rows, snapshot, stored_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
@@ -147,6 +147,10 @@ def new_event_limits(
         raise Failure(description=str(error)) from None
     for line in limits.log_lines:
         context.log.info(line)
+    if run_of(context) is not None:
+        context.instance.add_run_tags(run_of(context), {
+            RUN_STATE_TAG: limits.state.value, WINDOW_TAG: f"{limits.lower.isoformat()}..{limits.upper.isoformat()}",
+        })
     start_writing(context, settings, state, (limits.lower, limits.upper))  # refused while a plan is pending; the lease
     plans = read_rows(table_uri(NEW_EVENT_LIMITS))
     plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source, plans, state)

@@ -9,8 +9,16 @@ and row counts in the latest materialization of events_this_run and the event_id
 filtered_events, and backfills two daily partitions of daily_aggregates until both show as
 materialized. A screenshot of each stage goes to tests/screenshots/ (git-ignored).
 
+What the UI says must be true, each stage read from the page and from the UI's own GraphQL: the
+first run, terminated in the UI during its session layer, reads "terminated" and ends Canceled;
+the source sensor, turned on in the UI, requests that window again with no new load, and its run
+succeeds with no WARNING in its log; the freshness check reads Passed right after the run;
+Materialize on each single asset of the incremental run ends Canceled with the line that names
+what to click instead, and leaves no asset and no check red.
+
 The sensors that would start runs by themselves (source_events_sensor, daily_partitions_sensor)
-are stopped in the instance before the UI starts, so that every run is the one the test launched.
+are stopped in the instance before the UI starts, so that every run is the one the test launched
+(or, once turned on in the UI, the source sensor's).
 
 Chromium is Debian's (/usr/bin/chromium; `make test` installs it): Playwright's own browser
 downloads are not used.
@@ -36,6 +44,7 @@ from incremental_assets.cli.demo import ensure_start_date
 from incremental_assets.cli.runner import instance_or_default, record_source_load
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import RETRY_TAG
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 
@@ -53,6 +62,11 @@ SCREENSHOTS = Path(__file__).parents[1] / "screenshots"  # tests/screenshots/, g
 VIEWPORT = {"width": 1600, "height": 1000}
 
 DAYS = 3
+# Materialize on each of these alone is refused (the incremental run is one unit).
+SINGLE_ASSETS = ("sessions", "filtered_events", "daily_aggregation_manifest", "new_event_limits")
+SOURCE_SENSOR = {"repositoryLocationName": "incremental_assets", "repositoryName": "__repository__",
+                 "sensorName": "source_events_sensor"}
+ASSETS_SHOWN = (*SINGLE_ASSETS, "sessions_lifecycle_manifest", "quarantined_sessions", "events_this_run")
 # Started by the daemon, they would launch incremental and daily runs of their own.
 RUN_STARTING_SENSORS = ("source_events_sensor", "daily_partitions_sensor")
 
@@ -235,9 +249,12 @@ def test_ui_end_to_end(request, tmp_path, monkeypatch):
         try:
             _dismiss_first_visit_dialog(page)
             _asset_graph(page, expect)
-            run_id = _launch_incremental_run(page, expect)
+            terminated = _launch_incremental_run(page, expect, terminate_in="sessions_lifecycle_manifest")
+            run_id = _sensor_requests_the_window_again(page, expect, terminated)
+            _no_warning_in(page, run_id)
             _events_this_run_metadata(page, expect, run_id, first_day)
             _filtered_events_checks(page, expect)
+            _single_asset_materialize_is_refused(page, expect)
             _backfill_two_partitions(page, expect, first_day.isoformat(), second_day.isoformat())
         except BaseException:
             page.screenshot(path=SCREENSHOTS / "failure.png")
@@ -295,27 +312,135 @@ def _asset_graph(page, expect) -> None:
     _shot(page, "01_asset_graph")
 
 
-def _launch_incremental_run(page, expect) -> str:
+def _launch_incremental_run(page, expect, terminate_in: str) -> str:
+    """Materialize all on incremental_job's page, then Terminate once the step `terminate_in` has
+    started: the run ends Canceled and its step reads as terminated."""
     _nav(page, "Jobs").click()
     page.get_by_role("link", name=re.compile(r"(^|\s)incremental_job$")).click()
-    page.get_by_role("button", name=re.compile(r"Materialize all$")).click()
+    run_id = _materialize(page, expect, page.get_by_role("button", name=re.compile(r"Materialize all$")))
+    _toasts(page).get_by_role("link", name="View", exact=True).click()
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}"))
+    _wait_for(lambda: terminate_in in _started_steps(page, run_id), RUN_MS, f"step {terminate_in} of run {run_id} to start")
+    page.get_by_role("button", name=re.compile(r"Terminate$")).click()
+    page.get_by_role("dialog").get_by_role("button", name=re.compile(r"Terminate")).click()
+    expect(page.get_by_text("Canceled", exact=True).first).to_be_visible(timeout=RUN_MS)
+    assert _run(page, run_id)["status"] == "CANCELED"
+    failures = [e["error"]["message"] for e in _events(page, run_id) if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert failures and all("terminated: run " in message for message in failures), failures
+    expect(page.get_by_text(re.compile(r"terminated: run ")).first).to_be_visible()
+    _shot(page, "02_run_terminated")
+    return run_id
+
+
+def _sensor_requests_the_window_again(page, expect, canceled: str) -> str:
+    """Turn source_events_sensor on (the mutation the UI's switch sends; the Automation page then
+    shows it on): with no new load, its next tick requests the canceled run's window again (a run
+    tagged as its retry), which succeeds. Then off again."""
+    started = _graphql(page, "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename "
+                             "... on Sensor { id sensorState { status } } ... on PythonError { message } } }", s=SOURCE_SENSOR)
+    assert (started["startSensor"].get("sensorState") or {}).get("status") == "RUNNING", started
+    _nav(page, "Automation").click()
+    row = page.locator('a[href$="/sensors/source_events_sensor"]').locator("xpath=ancestor::*[.//input[@type='checkbox']][1]")
+    expect(row.locator("input[type=checkbox]").last).to_be_checked()  # the UI shows it on
+    _shot(page, "03_source_sensor_turned_on")
+    retry = _wait_for(lambda: _runs_tagged(page, RETRY_TAG, canceled), RUN_MS, f"a run retrying {canceled}")[-1]
+    _wait_for(lambda: _run(page, retry["id"])["status"] in ("SUCCESS", "FAILURE", "CANCELED"), RUN_MS, f"run {retry['id']}")
+    stopped = _graphql(page, "mutation($id: String) { stopSensor(id: $id) { __typename ... on StopSensorMutationResult "
+                             "{ instigationState { status } } ... on PythonError { message } } }", id=started["startSensor"]["id"])
+    assert stopped["stopSensor"]["instigationState"]["status"] == "STOPPED", stopped  # the runs after are the test's
+    assert _run(page, retry["id"])["status"] == "SUCCESS", _events(page, retry["id"])[-5:]
+    page.goto(f"/runs/{retry['id']}")
+    expect(page.get_by_text("Success", exact=True).first).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Run of"))).to_contain_text("incremental_job")
+    _shot(page, "04_retry_by_the_sensor")
+    return retry["id"]
+
+
+def _no_warning_in(page, run_id: str) -> None:
+    """A run that did its work is green: no WARNING (or ERROR) line in its log."""
+    levels = [(e.get("level"), e.get("message")) for e in _events(page, run_id)]
+    assert not [line for line in levels if line[0] in ("WARNING", "ERROR", "CRITICAL")], levels
+
+
+def _single_asset_materialize_is_refused(page, expect) -> None:
+    """Materialize on each asset of the incremental run alone: Canceled, with the line that names
+    what to click instead; no asset and no check is left red."""
+    for name in SINGLE_ASSETS:
+        _open_asset(page, expect, name)
+        run_id = _materialize(page, expect, page.get_by_role("button", name=re.compile(r"(^|\s)Materialize$")).first)
+        _wait_for(lambda: _run(page, run_id)["status"] in ("SUCCESS", "FAILURE", "CANCELED"), RUN_MS, f"run {run_id}")
+        assert _run(page, run_id)["status"] == "CANCELED", _events(page, run_id)[-5:]
+        page.goto(f"/runs/{run_id}")
+        expect(page.get_by_text(re.compile(rf"refused: {name} alone is part of an incremental run")).first).to_be_visible()
+        _shot(page, f"08_materialize_{name}_refused")
+    keys = [{"path": [name]} for name in ASSETS_SHOWN]
+    latest = _graphql(page, "query($keys: [AssetKeyInput!]!) { assetsLatestInfo(assetKeys: $keys) "
+                            "{ assetKey { path } latestRun { id status } } }", keys=keys)["assetsLatestInfo"]
+    assert not [info for info in latest if (info["latestRun"] or {}).get("status") == "FAILURE"], latest
+    checks = _graphql(page, "query($keys: [AssetKeyInput!]) { assetNodes(assetKeys: $keys) { assetKey { path } "
+                            "assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization "
+                            "{ status } } } } } }", keys=keys)["assetNodes"]
+    statuses = {(node["assetKey"]["path"][-1], check["name"]): (check["executionForLatestMaterialization"] or {}).get("status")
+                for node in checks for check in node["assetChecksOrError"].get("checks", [])}
+    assert not {check: status for check, status in statuses.items() if status in ("FAILED", "EXECUTION_FAILED")}, statuses
+    _open_asset(page, expect, "filtered_events", tab="Checks")
+    for check in ("event_id_unique", "events_within_session_cap", "freshness_check"):
+        expect(page.get_by_text(check, exact=True).first).to_be_visible()  # the list is drawn before it is read
+    expect(page.get_by_text("Succeeded", exact=True)).to_have_count(4)
+    expect(page.get_by_text("Failed", exact=True)).to_have_count(0)
+    _shot(page, "09_filtered_events_checks_after_single_materializations")
+
+
+def _materialize(page, expect, button) -> str:
+    """Click a Materialize button; launch from the launchpad if one opens (its default config): the run id."""
+    button.click()
     toasts = _toasts(page)
     launched = toasts.get_by_text(re.compile(r"^Launched run \w+"))
     launchpad = page.get_by_role("button", name=re.compile(r"Launch run$"))
-    expect(launched.or_(launchpad)).to_be_visible()
-    if not launched.is_visible():  # a launchpad: its default config
+    expect(launched.or_(launchpad).first).to_be_visible()
+    if not launched.is_visible():
         launchpad.click()
     expect(launched).to_be_visible()
     run_id = launched.inner_text().split()[-1]
-    toasts.get_by_role("link", name="View", exact=True).click()
-    expect(page).to_have_url(re.compile(rf"/runs/{run_id}"))
-    success = page.get_by_text("Success", exact=True)
-    ended_otherwise = page.get_by_text(re.compile(r"^(Failure|Canceled)$"))
-    expect(success.or_(ended_otherwise).first).to_be_visible(timeout=RUN_MS)
-    assert success.is_visible(), f"run {run_id} ended as {ended_otherwise.first.inner_text()}"
-    expect(page.get_by_text(re.compile(r"^Run of"))).to_contain_text("incremental_job")
-    _shot(page, "02_run_success")
-    return run_id
+    return _run(page, run_id)["id"]  # the toast shows the id's first 8 characters
+
+
+def _graphql(page, query: str, **variables) -> dict:
+    """The UI's own GraphQL endpoint, from the browser's context."""
+    response = page.request.post("/graphql", data={"query": query, "variables": variables})
+    body = response.json()
+    assert response.ok and "errors" not in body, body
+    return body["data"]
+
+
+def _run(page, run_id: str) -> dict:
+    """A run by its id or the id's first characters (as a toast shows it)."""
+    runs = _graphql(page, "{ runsOrError(limit: 200) { ... on Runs { results { id status } } } }")["runsOrError"]["results"]
+    [run] = [run for run in runs if run["id"].startswith(run_id)]
+    return run
+
+
+def _runs_tagged(page, key: str, value: str) -> list[dict]:
+    query = "query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs { results { id status } } } }"
+    return _graphql(page, query, tags=[{"key": key, "value": value}])["runsOrError"]["results"]
+
+
+def _events(page, run_id: str) -> list[dict]:
+    query = ("query($id: ID!) { logsForRun(runId: $id, limit: 5000) { ... on EventConnection { events { __typename "
+             "... on MessageEvent { level message stepKey } ... on ExecutionStepFailureEvent { error { message } } } } } }")
+    return _graphql(page, query, id=run_id)["logsForRun"]["events"]
+
+
+def _started_steps(page, run_id: str) -> set[str]:
+    return {e["stepKey"] for e in _events(page, run_id) if e["__typename"] == "ExecutionStepStartEvent"}
+
+
+def _wait_for(found, timeout_ms: int, what: str):
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not (value := found()):
+        assert time.monotonic() < deadline, f"waited {timeout_ms // 1000} s for {what}"
+        time.sleep(1)
+    return value
 
 
 def _open_asset(page, expect, name: str, tab: str | None = None) -> None:
@@ -334,13 +459,13 @@ def _metadata_value(page, key: str):
 
 def _events_this_run_metadata(page, expect, run_id: str, first_day) -> None:
     _open_asset(page, expect, "events_this_run", tab="Events")
-    expect(page.get_by_text(f"Materialized in run {run_id}")).to_be_visible()
+    expect(page.get_by_text(f"Materialized in run {run_id[:8]}")).to_be_visible()
     expect(_metadata_value(page, "run_state")).to_have_text("first_run")
     expect(_metadata_value(page, "lower_limit")).to_have_text(f"{first_day.isoformat()} 00:00:00")
     expect(_metadata_value(page, "upper_limit")).to_have_text(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"))
     for key in ("dagster/row_count", "rows_inserted"):
         expect(_metadata_value(page, key)).to_have_text(re.compile(r"^[1-9][\d,]*$"))
-    _shot(page, "03_events_this_run_metadata")
+    _shot(page, "05_events_this_run_metadata")
 
 
 def _filtered_events_checks(page, expect) -> None:
@@ -348,7 +473,10 @@ def _filtered_events_checks(page, expect) -> None:
     page.get_by_text("event_id_unique", exact=True).first.click()
     expect(page.get_by_text("Evaluation result", exact=True)).to_be_visible()
     expect(page.get_by_text("Passed", exact=True)).to_be_visible()
-    _shot(page, "04_filtered_events_checks")
+    _shot(page, "06_filtered_events_checks")
+    page.get_by_text("freshness_check", exact=True).first.click()  # evaluated in the run: fresh, not "Not evaluated"
+    expect(page.get_by_text("Passed", exact=True)).to_be_visible()
+    _shot(page, "07_filtered_events_freshness")
 
 
 def _backfill_two_partitions(page, expect, first: str, second: str) -> None:
@@ -360,7 +488,7 @@ def _backfill_two_partitions(page, expect, first: str, second: str) -> None:
     selection.fill(f"[{first}...{second}]")
     selection.press("Tab")
     expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
-    _shot(page, "05_backfill_dialog")
+    _shot(page, "10_backfill_dialog")
     dialog.get_by_role("button", name="Launch backfill").click()
     expect(_toasts(page).get_by_text(re.compile(r"^Created backfill"))).to_be_visible()
     expect(dialog).to_be_hidden()
@@ -376,4 +504,4 @@ def _backfill_two_partitions(page, expect, first: str, second: str) -> None:
         expect(entries).to_have_count(2)
         expect(page.get_by_text("Materialized", exact=True)).to_be_visible()  # the detail's status tag
         expect(page.get_by_role("link", name=re.compile(r"^[0-9a-f]{8}$")).first).to_be_visible()  # the backfill's run
-    _shot(page, "06_backfill_partitions_materialized")
+    _shot(page, "11_backfill_partitions_materialized")

@@ -4,9 +4,11 @@ session."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import queue
+import secrets
 import signal
 import socketserver
 import sys
@@ -19,14 +21,54 @@ from dagster import DagsterInstance, DagsterRunStatus
 from incremental_assets.lib.worker import PACKAGE, address_file, code_fingerprint, serving
 
 
+# What a client may cost the worker: a request is one line of this many bytes at most, sent within
+# this many seconds, over one of this many connections at a time (each a thread).
+MAX_REQUEST = 4096
+READ_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 16
+# A run is handed over as it starts; any other status means the run is not the launcher's to give.
+ABOUT_TO_START = {DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING}
+
+
 class _Requests(socketserver.StreamRequestHandler):
+    timeout = READ_TIMEOUT_S  # a client that sends nothing, or half a line, is dropped
+
     def handle(self) -> None:
         try:
-            run_id = json.loads(self.rfile.readline())["run_id"]
-        except (ValueError, KeyError):
+            line = self.rfile.readline(MAX_REQUEST + 1)
+        except OSError:  # the read timed out
+            line = None
+        accepted, reason = self.server.worker.request(line)
+        try:
+            self.wfile.write(json.dumps({"accepted": accepted, "reason": reason}).encode() + b"\n")
+        except OSError:
+            pass  # the client is gone
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once: the next is answered and closed."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler):
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.sendall(json.dumps({"accepted": False, "reason": "refused: too many connections"}).encode() + b"\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
             return
-        accepted, reason = self.server.worker.offer(run_id)
-        self.wfile.write(json.dumps({"accepted": accepted, "reason": reason}).encode() + b"\n")
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class Worker:
@@ -47,9 +89,36 @@ class Worker:
         # run gets a new JVM rather than a session that may answer the previous run's question.
         self.stale = threading.Event()
         self.stopping = False
-        self.server = socketserver.ThreadingTCPServer((host, port), _Requests)
-        self.server.daemon_threads = True
+        self.secret = secrets.token_hex(16)  # in worker.json, which only its owner can read: the launcher sends it
+        self.executing: str | None = None  # the run in the main thread, the only one an interrupt may reach
+        self.executing_lock = threading.Lock()
+        self.server = _Server((host, port), _Requests)
         self.server.worker = self
+
+    def request(self, line: bytes | None) -> tuple[bool, str]:
+        """A client's request line, judged: (taken, why not). Never raises: whatever a client sends,
+        it gets one line back and the worker goes on."""
+        if line is None or (line and not line.endswith(b"\n") and len(line) <= MAX_REQUEST):
+            return False, f"refused: no whole request line within {READ_TIMEOUT_S:.0f} s"
+        if len(line) > MAX_REQUEST:
+            return False, f"refused: a request is one line of at most {MAX_REQUEST} bytes"
+        try:
+            asked = json.loads(line)
+        except ValueError:
+            return False, "refused: the request is not JSON"
+        if not isinstance(asked, dict):
+            return False, 'refused: the request is not a JSON object ({"run_id": ..., "secret": ...})'
+        if not (isinstance(asked.get("secret"), str) and hmac.compare_digest(asked["secret"], self.secret)):
+            return False, "refused: the request does not carry this worker's secret (DAGSTER_HOME/worker.json)"
+        run_id = asked.get("run_id")
+        if not isinstance(run_id, str):
+            return False, "refused: run_id must be a string"
+        run = self.instance.get_run_by_id(run_id)
+        if run is None:
+            return False, f"refused: no run {run_id} in this worker's instance"
+        if run.status not in ABOUT_TO_START:
+            return False, f"refused: run {run_id} is {run.status.value}; only a run about to start is handed over"
+        return self.offer(run_id)
 
     def offer(self, run_id: str) -> tuple[bool, str]:
         if code_fingerprint(self.code_root) != self.code:
@@ -86,7 +155,11 @@ class Worker:
         """Take requests (in a thread), and say where in DAGSTER_HOME, for the launcher."""
         host, port = self.server.server_address[:2]
         address = address_file()
-        address.write_text(json.dumps({"pid": os.getpid(), "host": host, "port": port, "code": self.code}))
+        written = json.dumps({"pid": os.getpid(), "host": host, "port": port, "code": self.code, "secret": self.secret})
+        descriptor = os.open(address, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)  # an older file keeps its mode through O_CREAT
+        with os.fdopen(descriptor, "w") as out:
+            out.write(written)
         threading.Thread(target=self.server.serve_forever, name="worker-requests", daemon=True).start()
         self.report(f"Serving the runs of DAGSTER_HOME={address.parent} on {host}:{port} (pid {os.getpid()})")
 
@@ -114,7 +187,6 @@ class Worker:
 
     def execute(self, run_id: str) -> None:
         from dagster._core.events import EngineEventData
-        from dagster._core.execution.run_cancellation_thread import start_run_cancellation_thread
         from dagster._grpc.impl import core_execute_run
         from dagster._utils.hosted_user_process import recon_job_from_origin
 
@@ -127,10 +199,18 @@ class Worker:
             f"Executing in the warm worker (pid {os.getpid()}): its Spark session is already up.", run,
             EngineEventData.in_process(os.getpid()),
         )
-        watcher, stop_watching = start_run_cancellation_thread(self.instance, run_id)
+        stop_watching = threading.Event()
+        watcher = threading.Thread(target=self._interrupt_when_canceled, args=(run_id, stop_watching), daemon=True)
+        with self.executing_lock:
+            self.executing = run_id
+        watcher.start()
         try:
-            for _ in core_execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance, inject_env_vars=True):
-                pass
+            try:
+                for _ in core_execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance, inject_env_vars=True):
+                    pass
+            finally:
+                with self.executing_lock:  # past this, no interrupt is sent: one sent before lands above
+                    self.executing = None
         except Exception as error:  # noqa: BLE001 - core_execute_run reported it to the instance; the worker goes on
             self.report(f"run {run_id}: {type(error).__name__}: {error}")
         except BaseException as interrupt:  # noqa: BLE001 - canceled: the run has ended, not the worker
@@ -148,6 +228,18 @@ class Worker:
             self._forget_the_run()
         # Last: once this line is out, the worker takes the next run (the run's own status came first).
         self.report(f"run {run_id} ({run.job_name}): {status.value} in {time.monotonic() - started:.1f} s")
+
+    def _interrupt_when_canceled(self, run_id: str, done: threading.Event) -> None:
+        """Interrupt the main thread once the run is marked canceling (a Terminate), while it still
+        executes that run. Dagster's own watcher also interrupts on a run's failure, which it
+        reports as the run ends: the interrupt then landed after the run, and stopped the worker."""
+        while not done.wait(self.instance.cancellation_thread_poll_interval_seconds):
+            run = self.instance.get_run_by_id(run_id)
+            if run is not None and run.status in (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED):
+                with self.executing_lock:
+                    if self.executing == run_id:
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
 
     def _stop(self, signum, frame) -> None:
         self.stopping = True

@@ -46,7 +46,7 @@ def address_file(home: Path | None = None) -> Path:
 
 
 def serving(home: Path | None = None) -> dict[str, Any] | None:
-    """The worker that serves this Dagster home ({pid, host, port, code}), or None."""
+    """The worker that serves this Dagster home ({pid, host, port, code, secret}), or None."""
     try:
         worker = json.loads(address_file(home).read_text())
     except (OSError, ValueError):
@@ -62,7 +62,7 @@ def hand_over(run_id: str, home: Path | None = None, timeout: float = 10) -> tup
         return None, "no warm worker is serving"
     try:
         with socket.create_connection((worker["host"], worker["port"]), timeout=timeout) as conn:
-            conn.sendall(json.dumps({"run_id": run_id}).encode() + b"\n")
+            conn.sendall(json.dumps({"run_id": run_id, "secret": worker.get("secret", "")}).encode() + b"\n")
             reply = json.loads(conn.makefile().readline() or "{}")
     except (OSError, ValueError) as error:
         return None, f"the warm worker did not answer ({error})"

@@ -3,16 +3,20 @@ a process of the run's own, and how run monitoring sees a worker's run."""
 
 from __future__ import annotations
 
+import json
 import os
-import sys
+import signal
 import socket
 import subprocess
+import sys
+import threading
+import time
 
 import pytest
-from dagster import DagsterInstance, DagsterRun
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.launcher import WorkerStatus
 
-from incremental_assets.cli.serve import Worker
+from incremental_assets.cli.serve import MAX_CONNECTIONS, MAX_REQUEST, READ_TIMEOUT_S, Worker
 from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.worker import WarmRunLauncher, address_file, hand_over, serving
 
@@ -31,6 +35,8 @@ def worker(home, tmp_path):
     code.mkdir()
     (code / "assets.py").write_text("x = 1\n")
     worker = Worker(DagsterInstance.ephemeral(), code_root=code, report=lambda line: None)
+    for run_id in ("run-1", "run-2", "run-3"):  # runs about to start, as the launcher hands them over
+        worker.instance.add_run(DagsterRun(job_name="incremental_job", run_id=run_id, status=DagsterRunStatus.STARTING))
     worker.listen()
     yield worker
     worker.server.shutdown()
@@ -66,6 +72,89 @@ def test_after_an_edit_the_worker_takes_no_run_and_restarts(worker, home, tmp_pa
     assert not worker.busy.locked()
 
 
+def ask(home, line: bytes, wait: float = 0) -> dict:
+    """One raw request to the serving worker, as any local process could send it: its reply."""
+    worker = serving(home)
+    with socket.create_connection((worker["host"], worker["port"]), timeout=READ_TIMEOUT_S + 5) as conn:
+        if line:
+            conn.sendall(line)
+        time.sleep(wait)
+        return json.loads(conn.makefile().readline())
+
+
+def test_whatever_a_client_sends_it_gets_one_line_back_and_the_worker_goes_on(worker, home):
+    secret = serving(home)["secret"]
+    assert oct(address_file(home).stat().st_mode & 0o777) == "0o600", "only the worker's owner reads its secret"
+    worker.instance.add_run(DagsterRun(job_name="incremental_job", run_id="done", status=DagsterRunStatus.SUCCESS))
+    refusals = {
+        b"junk\n": "not JSON",
+        b"[1, 2]\n": "not a JSON object",
+        b"x" * (MAX_REQUEST + 10) + b"\n": f"at most {MAX_REQUEST} bytes",
+        b'{"run_id": "run-1"}\n': "does not carry this worker's secret",
+        json.dumps({"run_id": "run-1", "secret": "guessed"}).encode() + b"\n": "does not carry this worker's secret",
+        json.dumps({"run_id": 12345, "secret": secret}).encode() + b"\n": "run_id must be a string",
+        json.dumps({"run_id": "made-up", "secret": secret}).encode() + b"\n": "no run made-up in this worker's instance",
+        json.dumps({"run_id": "done", "secret": secret}).encode() + b"\n": "run done is SUCCESS",
+    }
+    for line, reason in refusals.items():
+        reply = ask(home, line)
+        assert reply["accepted"] is False and reason in reply["reason"], (line[:40], reply)
+    assert worker.runs.empty() and not worker.busy.locked(), "nothing refused reached the main thread"
+    assert not [e for e in worker.instance.all_logs("done")], "a finished run's log is left alone"
+    assert hand_over("run-1", home)[0] is not None  # still serving, and the launcher's request is taken
+
+
+def test_slow_and_too_many_connections_are_bounded(worker, home):
+    started = time.monotonic()
+    reply = ask(home, b'{"run_id": "run-1"', wait=0)  # half a line, then nothing
+    assert reply["accepted"] is False and "no whole request line" in reply["reason"]
+    assert READ_TIMEOUT_S - 1 < time.monotonic() - started < READ_TIMEOUT_S + 5
+    threads = threading.active_count()
+    worker_address = serving(home)
+    idle = [socket.create_connection((worker_address["host"], worker_address["port"])) for _ in range(3 * MAX_CONNECTIONS)]
+    try:
+        time.sleep(1)
+        assert threading.active_count() <= threads + MAX_CONNECTIONS, "a thread per connection, bounded"
+        replies = []
+        for conn in idle:  # those past the limit are answered at once; the others wait for their line
+            conn.settimeout(0.2)
+            try:
+                replies.append(json.loads(conn.makefile().readline()))
+            except OSError:
+                pass
+        assert {"accepted": False, "reason": "refused: too many connections"} in replies, replies
+    finally:
+        for conn in idle:
+            conn.close()
+    time.sleep(1)
+    assert hand_over("run-1", home)[0] is not None  # the slots are free again
+
+
+def test_only_a_terminate_interrupts_the_run_in_progress_and_only_while_it_runs(worker, monkeypatch):
+    """Dagster's watcher also interrupted on a run's failure, reported as the run ends: the interrupt
+    then landed after the run and stopped the worker."""
+    sent = []
+    monkeypatch.setattr(signal, "pthread_kill", lambda thread, signum: sent.append(signum))
+    monkeypatch.setattr(type(worker.instance), "cancellation_thread_poll_interval_seconds", property(lambda self: 0.05))
+    instance = worker.instance
+
+    def watch(run_id: str, status: DagsterRunStatus, executing: str | None) -> list:
+        sent.clear()
+        instance.add_run(DagsterRun(job_name="incremental_job", run_id=run_id, status=status))
+        worker.executing = executing
+        done = threading.Event()
+        watcher = threading.Thread(target=worker._interrupt_when_canceled, args=(run_id, done))
+        watcher.start()
+        time.sleep(0.5)
+        done.set()
+        watcher.join()
+        return list(sent)
+
+    assert watch("failed", DagsterRunStatus.FAILURE, executing="failed") == []
+    assert watch("terminated", DagsterRunStatus.CANCELING, executing="terminated") == [signal.SIGINT]
+    assert watch("ended", DagsterRunStatus.CANCELING, executing=None) == []  # the run is over: the worker is not
+
+
 def a_run(tags: dict[str, str]) -> DagsterRun:
     return DagsterRun(job_name="incremental_job", run_id="run-1", tags=tags)
 
@@ -89,7 +178,7 @@ import incremental_assets.cli.runner as runner
 import incremental_assets.lib.sample.stream as stream
 import incremental_assets.lib.spark as spark
 from dagster import DagsterInstance
-from incremental_assets.cli.serve import Worker
+from incremental_assets.cli.serve import MAX_CONNECTIONS, MAX_REQUEST, READ_TIMEOUT_S, Worker
 
 spark.build_spark_session = lambda: None
 stream.generate_stream = stream.append_hours = lambda *args, **kwargs: 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-from incremental_assets.lib.worker import PACKAGE, address_file, code_fingerprint, serving
+from incremental_assets.lib.worker import PACKAGE, address_file, code_fingerprint, serving, settings_fingerprint
 
 
 # What a client may cost the worker: a request is one line of this many bytes at most, sent within
@@ -82,6 +82,7 @@ class Worker:
         self.report = report or (lambda line: print(line, flush=True))
         self.code_root = code_root
         self.code = code_fingerprint(code_root)
+        self.settings = settings_fingerprint()
         self.runs: queue.Queue[str] = queue.Queue()
         self.busy = threading.Lock()
         # Set: restart once the run in progress has ended. After an interrupt (a canceled run), too:
@@ -121,10 +122,12 @@ class Worker:
         return self.offer(run_id)
 
     def offer(self, run_id: str) -> tuple[bool, str]:
-        if code_fingerprint(self.code_root) != self.code:
+        changed = [what for what, now, then in (("code", code_fingerprint(self.code_root), self.code),
+                                                ("settings file", settings_fingerprint(), self.settings)) if now != then]
+        if changed:
             self.stale.set()
             self.runs.put("")  # wakes the main thread, which restarts the worker
-            return False, "the code changed since the warm worker started (it restarts)"
+            return False, f"the {' and the '.join(changed)} changed since the warm worker started (it restarts)"
         if self.stale.is_set() or self.stopping:
             return False, "the warm worker is restarting"
         if not self.busy.acquire(blocking=False):

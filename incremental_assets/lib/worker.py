@@ -5,8 +5,8 @@ a scheduled or sensor-launched run pays for its data, not for a JVM start.
 A run executed there is the run Dagster made: its events, status and checks go to the instance as
 from any run worker, it takes the same lease and writes the same run-log records, and a run whose
 worker died is failed by run monitoring, like a killed process. When no worker is serving, it is
-busy with another run, or the code changed since it started, the launcher starts the run in its
-own process as Dagster's default launcher does.
+busy with another run, or the code or the settings file changed since it started, the launcher
+starts the run in its own process as Dagster's default launcher does.
 
 Imported by the daemon and the webserver: no Spark here.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import WORKER_TAG
+from incremental_assets.lib.settings import default_config_file
 from incremental_assets.lib.state.hooks import process_exists, process_gone
 
 ADDRESS_FILE = "worker.json"
@@ -39,6 +41,15 @@ def code_fingerprint(root: Path = PACKAGE) -> str:
         stat = path.stat()
         digest.update(f"{path.relative_to(root)}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def settings_fingerprint() -> str:
+    """The settings file as it is on disk now (none: empty): the definitions a worker executes were
+    built from the one it read at its start, and after `apply` of a change its runs would be refused
+    with the plan inverted."""
+    path = default_config_file(os.environ)
+    content = path.read_bytes() if path is not None and path.exists() else b""
+    return hashlib.sha256(f"{path}\n".encode() + content).hexdigest()[:16]
 
 
 def address_file(home: Path | None = None) -> Path:

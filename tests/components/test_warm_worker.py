@@ -72,6 +72,25 @@ def test_after_an_edit_the_worker_takes_no_run_and_restarts(worker, home, tmp_pa
     assert not worker.busy.locked()
 
 
+def test_after_apply_changes_the_settings_file_the_worker_takes_no_run_and_restarts(home, tmp_path, monkeypatch):
+    """Finding: after plan/apply of an added attribute, the worker's runs were built from the
+    settings it read at its start, and each was refused with the plan inverted until a restart."""
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("start_date: '2024-03-01'\n")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_CONFIG", str(settings))
+    worker = Worker(DagsterInstance.ephemeral(), code_root=tmp_path, report=lambda line: None)
+    worker.instance.add_run(DagsterRun(job_name="incremental_job", run_id="run-1", status=DagsterRunStatus.STARTING))
+    worker.listen()
+    try:
+        settings.write_text("start_date: '2024-03-01'\nattributes: []\n")  # what `apply` follows
+        taken, why_not = hand_over("run-1", home)
+        assert taken is None and why_not == "the settings file changed since the warm worker started (it restarts)"
+        assert worker.stale.is_set() and worker.runs.get_nowait() == ""
+    finally:
+        worker.server.shutdown()
+        worker.server.server_close()
+
+
 def ask(home, line: bytes, wait: float = 0) -> dict:
     """One raw request to the serving worker, as any local process could send it: its reply."""
     worker = serving(home)

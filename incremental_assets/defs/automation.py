@@ -4,6 +4,7 @@ and the Dagster instance; they never start Spark. They look as often as the sett
 (sensor_interval_seconds): each is declared here at the default interval (what a direct call
 evaluates) and built again at the settings' interval for the definitions."""
 
+from datetime import timedelta
 from typing import Callable
 
 from dagster import (
@@ -54,9 +55,11 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import behind_daily_aggregates, runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.store import StateStore
-from incremental_assets.lib.utc import utcnow
+from incremental_assets.lib.source.contract import first_after
+from incremental_assets.lib.utc import naive, utcnow
 
-KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
+KEYHOLES_PASSED_OVER = 20
+AHEAD_LOOKED = timedelta(days=1)  # rows stamped further ahead than this are not named in a skip reason  # at most this many keyhole runs since the latest standard one are looked through
 DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
 REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
 
@@ -138,7 +141,26 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     catch_up = catch_up_key(context.instance, state, sorted(known_incremental(context)))
     if catch_up:
         return RunRequest(run_key=catch_up)
-    return SkipReason(f"Source unchanged since version {version}, and the last run was caught up")
+    due = ahead_of_the_clock(plans, settings, source)
+    if isinstance(due, RunRequest):
+        return due
+    return SkipReason(f"Source unchanged since version {version}, and the last run was caught up{due}")
+
+
+def ahead_of_the_clock(plans: list[dict] | None, settings: IncrementalSettings, source) -> RunRequest | str:
+    """Source rows stamped past the latest standard run's upper limit (a loader whose clock runs
+    ahead): a run reads up to its `now`, so they wait. Those whose time has come are due: a run is
+    requested for them, once per run they follow. Those still ahead (within a day) are named, for
+    the skip reason. Reads the source's log statistics and at most a few files, no JVM."""
+    standard = [row for row in plans or [] if row["state"] != RunState.KEYHOLE.value]
+    if not standard or settings.session_timestamp not in source.schema().to_arrow().names:
+        return ""
+    latest = max(standard, key=lambda row: row["upper_limit"])
+    upper, now = naive(latest["upper_limit"]), utcnow()
+    if upper < now and first_after(source_table_uri(), settings, upper, now) is not None:
+        return RunRequest(run_key=f"due-after-{latest['run_id']}")
+    ahead = first_after(source_table_uri(), settings, max(upper, now), now + AHEAD_LOOKED)
+    return f"; source rows stamped ahead of the clock come due from {ahead}, and a run is requested then" if ahead else ""
 
 
 def seen_version(context: SensorEvaluationContext, plans: list[dict] | None, table_id: str) -> int:

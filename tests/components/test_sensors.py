@@ -341,3 +341,39 @@ def test_a_run_whose_process_is_gone_is_failed_and_holds_back_no_sensor_while_a_
     assert killed.status == DagsterRunStatus.FAILURE
     failure = instance.all_logs("killed")[-1]
     assert failure.dagster_event.event_type == DagsterEventType.RUN_FAILURE and f"process (pid {ended.pid})" in failure.message
+
+
+def test_rows_stamped_ahead_of_the_clock_are_requested_once_their_time_has_come(spark, warehouse):
+    """Finding: a batch loaded with load times up to 36 minutes ahead; at their time `preview`
+    showed them not yet in filtered_events while the sensor said caught up, until a hand-launched
+    run. Here the last run read up to noon and its source holds the afternoon already: by the
+    sensor's clock those rows are due, and a run is requested for them, once per run they follow."""
+    from datetime import date, timedelta
+
+    from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.environment import source_table_uri
+    from incremental_assets.lib.incremental.limits import RunLimits, RunState
+    from incremental_assets.lib.sample.generator import SampleParams
+    from incremental_assets.lib.sample.stream import generate_stream
+    from incremental_assets.lib.utc import utcnow
+
+    generate_stream(spark, source_table_uri(), SampleParams(users=4, days=2, events_per_day=60, start_date=date(2024, 3, 1), seed=4))
+    settings = IncrementalSettings(start_date="2024-03-01")
+    instance = DagsterInstance.ephemeral()
+    noon = datetime(2024, 3, 2, 12)
+    assessed_by("noon", RunLimits(RunState.STANDARD, datetime(2024, 3, 1), noon, noon))  # by its clock, caught up
+    resources = {"settings": settings}
+    request = source_events_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(request, RunRequest) and request.run_key == "due-after-noon"
+
+    # Stamped ahead of the sensor's clock too (a later run read up to now): named, not requested.
+    future = utcnow().replace(minute=0, second=0, microsecond=0)
+    generate_stream(spark, source_table_uri(), SampleParams(users=4, days=1, events_per_day=240, start_date=future.date(), seed=4),
+                    hours=future.hour + 3)
+    now = utcnow()
+    assessed_by("later", RunLimits(RunState.STANDARD, now - timedelta(hours=1), now, now))
+    skip = source_events_sensor(build_sensor_context(instance=instance, resources=resources))
+    assert isinstance(skip, SkipReason) and "source rows stamped ahead of the clock come due from" in skip.skip_message, skip
+    assert utcnow() < datetime.fromisoformat(skip.skip_message.split("come due from ")[1].split(",")[0]) <= future + timedelta(hours=3)

@@ -10,7 +10,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
 
 import pyarrow.parquet as pq
 import pytest
@@ -121,3 +125,51 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(
     assert refused.returncode == 2 and "overwrote an object that a conditional write" in refused.stderr, refused.stderr
     assert DeltaTable.is_deltatable(f"s3://{BUCKET}/refused/source") and not DeltaTable.is_deltatable(
         f"s3://{BUCKET}/refused/warehouse/run_log"), "nothing written"
+
+
+@contextmanager
+def refusing_store(code: str, status: int = 403) -> Iterator[str]:
+    """An S3 endpoint that answers every request with one refusal, as a store answers rejected
+    credentials: its endpoint."""
+    document = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>refused by the stub'
+                f"</Message></Error>").encode()
+
+    class Refuse(BaseHTTPRequestHandler):
+        def _refuse(self):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(document)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(document)
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _refuse
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_missing_bucket_and_refused_credentials_are_named_with_what_to_do(s3, tmp_path, monkeypatch):
+    """Finding: both read "... cannot be read: Kernel error -> Generic S3 error ... restore the table
+    from a backup", NoSuchBucket only in the log file."""
+    source = f"s3://{BUCKET}/named/source"
+    write_deltalake(source, generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=1)))
+    with scenario_environment("s3://no-such-bucket/warehouse", source, SETTINGS, home=tmp_path / "home"):
+        missing = subprocess.run([*COMMAND, "run"], env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert missing.returncode != 0 and "refused with NoSuchBucket" in missing.stderr, missing.stderr[-3000:]
+    assert "create the bucket, or correct the warehouse's URI" in missing.stderr and "backup" not in missing.stderr
+
+    with refusing_store("InvalidAccessKeyId") as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        with scenario_environment(f"s3://{BUCKET}/named/warehouse", source, SETTINGS, home=tmp_path / "home"):
+            refused = subprocess.run([*COMMAND, "run"], env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert refused.returncode != 0 and "refused with InvalidAccessKeyId" in refused.stderr, refused.stderr[-3000:]
+    assert "correct the credentials" in refused.stderr and "backup" not in refused.stderr

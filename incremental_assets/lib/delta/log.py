@@ -20,6 +20,7 @@ file and the way back.
 from __future__ import annotations
 
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -243,10 +244,36 @@ def reading(uri: str) -> Iterator[None]:
         raise _unreadable(uri, error)  # noqa: B904 - the context, on purpose (above)
 
 
+# What an S3-compatible store's refusal (its error's <Code>, deep in deltalake's message) asks of a person.
+STORE_REFUSALS = {
+    "NoSuchBucket": "create the bucket, or correct the warehouse's URI (INCREMENTAL_ASSETS_WAREHOUSE)",
+    "AccessDenied": "grant this process's credentials access to it (the bucket's policy), or use credentials that have it",
+    "InvalidAccessKeyId": "the store does not know AWS_ACCESS_KEY_ID: correct the credentials",
+    "SignatureDoesNotMatch": "AWS_SECRET_ACCESS_KEY does not belong to AWS_ACCESS_KEY_ID: correct the credentials",
+    "ExpiredToken": "the session token has expired: renew AWS_SESSION_TOKEN",
+}
+
+
+def store_refusal(text: str) -> str | None:
+    """The object store's own refusal in a deltalake error (an S3 error document: NoSuchBucket,
+    AccessDenied, ...) and what to do, in one line; None when the text holds none."""
+    code = re.search(r"<Code>([^<]+)</Code>", text)
+    if code is None:
+        return None
+    message = re.search(r"<Message>([^<]+)</Message>", text)
+    said = f" ({message.group(1)})" if message else ""
+    advice = STORE_REFUSALS.get(code.group(1), "check the warehouse's URI and the credentials this process uses")
+    return f"the object store refused with {code.group(1)}{said}: {advice}"
+
+
 def _unreadable(uri: str, error: Exception) -> UnreadableTableError:
-    """What `error` says is wrong with the table: its last commit, else a data file the error
-    names, else deltalake's reason (an earlier commit or a checkpoint, storage refusing access)."""
+    """What `error` says is wrong with the table: the object store refusing (no such bucket,
+    credentials refused), its last commit, else a data file the error names, else deltalake's
+    reason (an earlier commit or a checkpoint)."""
     text = str(error).strip()
+    refused = store_refusal(text)
+    if refused is not None:  # nothing about the table itself: no backup to restore
+        return UnreadableTableError(f"The Delta table at {uri} cannot be read: {refused}")
     reason = text.splitlines()[0] if text else type(error).__name__
     try:
         damaged = _damaged_commit(uri, _last_version(uri)) or _damaged_file(uri, text, reason)

@@ -21,7 +21,7 @@ def entry() -> None:
     from incremental_assets.lib.spark import JVM_LOG_ENV
 
     timings.mark("interpreter and the command line")
-    os.environ.setdefault(JVM_LOG_ENV, str(environment.dagster_home() / "logs" / "spark.log"))
+    os.environ.setdefault(JVM_LOG_ENV, str(environment.home_dir() / "logs" / "spark.log"))
     _native_output_to(environment.run_log_file())
     leave(main())
 
@@ -308,6 +308,13 @@ def _serve(args) -> None:
     from incremental_assets.cli.runner import instance_or_default
     from incremental_assets.cli.serve import Worker
 
+    home = environment.home_dir()
+    if not (home / "dagster.yaml").exists():  # a home no one set up: no daemon launches into it
+        raise SystemExit(
+            f"error: DAGSTER_HOME={home} has no dagster.yaml, so no daemon launches runs into it: start the worker with "
+            "the daemon's DAGSTER_HOME (the one `incremental-assets setup` and `make ui` use), or run "
+            "`incremental-assets setup` with this one first"
+        )
     worker = Worker(instance_or_default(None), args.host, args.port)
     worker.warm()
     try:

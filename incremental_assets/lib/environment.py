@@ -80,10 +80,15 @@ def s3_endpoint() -> S3Endpoint:
     return S3Endpoint(url, region, os.environ.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").lower() == "true")
 
 
+def home_dir() -> Path:
+    """DAGSTER_HOME's path (default .dagster_home/ in the project), as it is: nothing written."""
+    return Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home")))
+
+
 def dagster_home() -> Path:
-    """DAGSTER_HOME (default .dagster_home/ in the project). A home without a dagster.yaml gets the
-    project's; an operator's own (PostgreSQL storage, their run queue) is never touched."""
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / ".dagster_home")))
+    """DAGSTER_HOME, ready for an instance: a home without a dagster.yaml gets the project's; an
+    operator's own (PostgreSQL storage, their run queue) is never touched."""
+    home = home_dir()
     home.mkdir(parents=True, exist_ok=True)
     template, config = PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml"
     if template.exists() and not config.exists():
@@ -94,7 +99,7 @@ def dagster_home() -> Path:
 def run_log_file() -> Path:
     """Where the command line sends Dagster's event stream and what native code prints (the
     terminal gets a line per step)."""
-    return dagster_home() / "logs" / "incremental-assets.log"
+    return home_dir() / "logs" / "incremental-assets.log"
 
 
 def instance_config(home: Path) -> str:

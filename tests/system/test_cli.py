@@ -98,3 +98,14 @@ def test_an_operators_own_dagster_yaml_is_left_as_it_was_by_every_command(tmp_pa
                     ["show", "incremental_manifest"], ["resolve", "no-such-run"]):
         cli(*command, env=env)  # most fail fast here (no source, no tables, no JVM): what matters is the file
         assert (home / "dagster.yaml").read_text() == operators, command
+
+
+def test_a_worker_for_a_home_no_one_set_up_is_refused_with_the_way_to_fix_it(tmp_path):
+    """Finding: a worker started with another DAGSTER_HOME silently got a SQLite dagster.yaml and
+    served a home no daemon launches into."""
+    home = tmp_path / "another-home"
+    served = cli("serve", env={"DAGSTER_HOME": str(home)})
+    assert served.returncode == 1, served.stderr
+    assert f"DAGSTER_HOME={home} has no dagster.yaml, so no daemon launches runs into it" in served.stderr
+    assert "start the worker with the daemon's DAGSTER_HOME" in served.stderr
+    assert not (home / "dagster.yaml").exists(), "nothing written into it"

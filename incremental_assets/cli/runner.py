@@ -163,6 +163,7 @@ def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
     if instance is not None:
         return instance
     home = environment.dagster_home()
+    environment.check_instance_storage(home)
     with open(home / ".instance.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         instance = DagsterInstance.get()

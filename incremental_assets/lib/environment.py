@@ -151,6 +151,42 @@ def instance_advice(home: Path) -> str | None:
             f"{PROJECT_ROOT / 'dagster.yaml'} into it (it is yours: never rewritten), then restart the daemon")
 
 
+class InstanceUnreachable(RuntimeError):
+    """The Dagster instance's PostgreSQL refuses this process: named at once, not after Dagster's retries."""
+
+
+def check_instance_storage(home: Path) -> None:
+    """When the home's dagster.yaml keeps the instance in PostgreSQL, one connection to it, within 5 s:
+    a refusal (a wrong password, an unknown user or database, no server) raises InstanceUnreachable
+    with the server's own reason, where Dagster retries for most of a minute and then says only
+    'too many retries for DB connection'."""
+    config = home / "dagster.yaml"
+    storage = ((yaml.safe_load(config.read_text()) or {}).get("storage") or {}) if config.exists() else {}
+    postgres = storage.get("postgres") if isinstance(storage, dict) else None
+    if not postgres:
+        return
+    import psycopg2  # the postgres extra: installed wherever such a dagster.yaml is used
+
+    def value(setting: Any) -> Any:
+        return os.environ.get(setting["env"], "") if isinstance(setting, dict) and "env" in setting else setting
+
+    if postgres.get("postgres_url") is not None:
+        target, where = {"dsn": value(postgres["postgres_url"])}, "the PostgreSQL of postgres_url"
+    else:
+        db = {key: value(setting) for key, setting in (postgres.get("postgres_db") or {}).items()}
+        target = {"host": db.get("hostname"), "port": db.get("port") or 5432, "dbname": db.get("db_name"),
+                  "user": db.get("username"), "password": db.get("password") or None}
+        where = f"PostgreSQL at {target['host']}:{target['port']} (database {target['dbname']}, user {target['user']})"
+    try:
+        psycopg2.connect(connect_timeout=5, **target).close()
+    except psycopg2.OperationalError as refused:
+        reason = " ".join(str(refused).split()) or type(refused).__name__
+        raise InstanceUnreachable(
+            f"The Dagster instance's {where} refused this process: {reason}. Check the DAGSTER_PG_* variables (or "
+            f"the storage block of {config})"
+        ) from None
+
+
 WRITE_ENGINE_ENV = "INCREMENTAL_ASSETS_WRITE_ENGINE"
 WRITE_ENGINES = ("auto", "spark")
 

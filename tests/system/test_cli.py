@@ -109,3 +109,22 @@ def test_a_worker_for_a_home_no_one_set_up_is_refused_with_the_way_to_fix_it(tmp
     assert f"DAGSTER_HOME={home} has no dagster.yaml, so no daemon launches runs into it" in served.stderr
     assert "start the worker with the daemon's DAGSTER_HOME" in served.stderr
     assert not (home / "dagster.yaml").exists(), "nothing written into it"
+
+
+def test_a_postgresql_instance_that_refuses_the_command_is_named_at_once(tmp_path, warehouse):
+    """Finding: a wrong PostgreSQL password gave six retry warnings over 44 s, then 'too many retries
+    for DB connection'. Here the server (its auth is trust) refuses an unknown user the same way."""
+    import shutil
+
+    from incremental_assets.lib.environment import PROJECT_ROOT
+    from tests.postgres_server import postgres_instance_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.postgres.yaml", home / "dagster.yaml")
+    with postgres_instance_env() as postgres:
+        refused = cli("run", env={**postgres, "DAGSTER_PG_USERNAME": "nobody", "DAGSTER_HOME": str(home)})
+    assert refused.returncode == 2, refused.stderr
+    assert (f"The Dagster instance's PostgreSQL at 127.0.0.1:{postgres['DAGSTER_PG_PORT']} (database "
+            f"{postgres['DAGSTER_PG_DB']}, user nobody) refused this process") in refused.stderr, refused.stderr
+    assert 'role "nobody" does not exist' in refused.stderr and "Check the DAGSTER_PG_* variables" in refused.stderr

@@ -377,3 +377,29 @@ def test_rows_stamped_ahead_of_the_clock_are_requested_once_their_time_has_come(
     skip = source_events_sensor(build_sensor_context(instance=instance, resources=resources))
     assert isinstance(skip, SkipReason) and "source rows stamped ahead of the clock come due from" in skip.skip_message, skip
     assert utcnow() < datetime.fromisoformat(skip.skip_message.split("come due from ")[1].split(",")[0]) <= future + timedelta(hours=3)
+
+
+def test_a_killed_runs_window_is_requested_again_without_a_new_load(spark, warehouse):
+    """Finding: after kill -9 of the worker during filtered_events, the source sensor said 'the
+    last run was caught up' for nine minutes while the killed run had written nothing. The sensor
+    fails the run whose process is gone, then requests its window again."""
+    import socket
+    import subprocess
+
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.catalog import WORKER_TAG
+    from incremental_assets.lib.environment import source_table_uri
+
+    instance = DagsterInstance.ephemeral()
+    spark.range(3).write.format("delta").save(source_table_uri())
+    first = build_sensor_context(instance=instance, resources=SETTINGS)
+    assert source_events_sensor(first).run_key == "source-version-0"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id="killed", status=DagsterRunStatus.STARTED,
+                                tags={WORKER_TAG: f"{socket.gethostname()}:{gone.pid}"}))
+    again = source_events_sensor(build_sensor_context(instance=instance, cursor=first.cursor, resources=SETTINGS))
+    assert instance.get_run_by_id("killed").status == DagsterRunStatus.FAILURE
+    assert isinstance(again, RunRequest) and again.run_key == "retry-of-killed"

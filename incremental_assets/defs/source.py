@@ -19,12 +19,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.catalog import ATOMIC_EVENTS, SAMPLE_LOAD_JOB, SOURCE_GROUP
-from incremental_assets.lib.delta.io_manager import stored_columns
 from incremental_assets.lib.delta.log import row_count, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.delta.write import last_commit
 from incremental_assets.lib.environment import source_table_uri, table_uri
+from incremental_assets.lib.metadata import stored_columns
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state

@@ -21,7 +21,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-import deltalake
 import pandas as pd
 import pyarrow as pa
 from dagster import (
@@ -40,10 +39,9 @@ from dagster import (
 from dagster._core.errors import DagsterInvariantViolationError
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import collect
-from incremental_assets.lib.delta.log import noted, reading, row_count, stored_schema, stored_table, table_exists
+from incremental_assets.lib.delta.log import noted, reading, row_count, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind, read_table, require_table
 from incremental_assets.lib.delta.spec import (
     MERGE_FLOOR,
@@ -67,6 +65,7 @@ from incremental_assets.lib.delta.write import (
 )
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.errors import INTERRUPTED, TableWriteError, terminated
+from incremental_assets.lib.metadata import schema_columns, stored_columns
 from incremental_assets.lib.spark import SparkResource
 
 
@@ -288,16 +287,6 @@ def write_metadata(columns: list[TableColumn], uri: str, result: WriteResult) ->
 
 def frame_columns(frame: DataFrame) -> list[TableColumn]:
     return schema_columns(frame.schema)
-
-
-def schema_columns(schema: T.StructType) -> list[TableColumn]:
-    return [TableColumn(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-
-def stored_columns(table: deltalake.DeltaTable) -> list[TableColumn]:
-    """A stored table's columns, from its log (no JVM; Delta's schema is Spark's JSON, so they read
-    as a Spark write shows them)."""
-    return schema_columns(stored_schema(table))
 
 
 def stored_metadata(context: OutputContext, uri: str) -> dict[str, Any]:

@@ -15,13 +15,14 @@ from typing import Any, Callable, Mapping
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.delta.io_manager import RowsHandler, frame_columns, stored_columns, txn_of, write_metadata
+from incremental_assets.lib.delta.io_manager import RowsHandler, frame_columns, txn_of, write_metadata
 from incremental_assets.lib.delta.log import noted, row_count, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.delta.write import empty, note
 from incremental_assets.lib.incremental.limits import BatchStats, RunLimits, RunState
 from incremental_assets.lib.incremental.run_plan import limits_metadata, not_in_this_run
+from incremental_assets.lib.metadata import stored_columns
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 
 

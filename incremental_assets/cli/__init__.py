@@ -316,11 +316,12 @@ def _serve(args) -> None:
             "`incremental-assets setup` with this one first"
         )
     worker = Worker(instance_or_default(None), args.host, args.port)
-    worker.warm()
+    worker.take_sigterm()
     try:
+        worker.warm()
         worker.serve_forever()
     except KeyboardInterrupt:
-        print("Stopped")
+        print("Stopped", flush=True)
 
 
 def _spark():

@@ -152,7 +152,23 @@ class Worker:
             rehearse(build_spark_session())
             self.report(f"Rehearsed the pipeline on a sample in {time.monotonic() - started:.0f} s")
         except Exception as error:  # noqa: BLE001 - a rehearsal only warms; the runs decide
-            self.report(f"The rehearsal failed ({error}): the first run warms up Spark instead")
+            if not self.stopping:
+                self.report(f"The rehearsal failed ({error}): the first run warms up Spark instead")
+        if self.stopping:  # a SIGTERM that a call into the JVM, or a rehearsal run, took as its own
+            raise KeyboardInterrupt
+
+    def take_sigterm(self) -> None:
+        """SIGTERM stops the worker at any point: the rehearsal, a run, the wait between runs. In
+        this process it is the worker's alone: Dagster points SIGTERM at its SIGINT handler whenever
+        it executes a run, so a SIGTERM canceled the run in progress, or was swallowed by the
+        rehearsal, and the worker went on. Call once, in the main thread, before anything else."""
+        signal.signal(signal.SIGTERM, self._stop)
+        assign = signal.signal
+
+        def others_only(signum, handler):
+            return signal.getsignal(signum) if signum == signal.SIGTERM else assign(signum, handler)
+
+        signal.signal = others_only
 
     def listen(self) -> None:
         """Take requests (in a thread), and say where in DAGSTER_HOME, for the launcher."""
@@ -167,9 +183,8 @@ class Worker:
         self.report(f"Serving the runs of DAGSTER_HOME={address.parent} on {host}:{port} (pid {os.getpid()})")
 
     def serve_forever(self) -> None:
-        """Until SIGTERM or Ctrl-C (KeyboardInterrupt): a run in progress then ends Failed, as a
-        killed run process leaves it, and the next run recovers what it left."""
-        signal.signal(signal.SIGTERM, self._stop)
+        """Until SIGTERM (take_sigterm) or Ctrl-C (KeyboardInterrupt): a run in progress then ends
+        Failed, as a killed run process leaves it, and the next run recovers what it left."""
         self.listen()
         address = address_file()
         try:
@@ -181,6 +196,8 @@ class Worker:
                     self.execute(run_id)
                 finally:
                     self.busy.release()
+                if self.stopping:  # a SIGTERM the run took as its own interrupt, and ended
+                    raise KeyboardInterrupt
         finally:
             self.server.shutdown()
             if (serving() or {}).get("pid") == os.getpid():

@@ -158,3 +158,25 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
     for table in INCREMENTAL_TABLES:  # the daily layer is the daily job's: no daemon here launched it
         only_launched, only_reference = set(launched[table]) - set(reference[table]), set(reference[table]) - set(launched[table])
         assert not only_launched and not only_reference, (table, sorted(only_launched)[:3], sorted(only_reference)[:3])
+
+
+def test_sigterm_stops_the_worker_during_its_rehearsal(tmp_path):
+    """Finding: SIGTERM during the rehearsal was swallowed (the rehearsal's run took it as its own
+    interrupt, and the worker went on to serve), with a py4j traceback at the second SIGTERM."""
+    home = a_home(tmp_path)
+    log = tmp_path / "worker.log"
+    with open(log, "w") as out:
+        worker = subprocess.Popen([BIN / "incremental-assets", "serve"], env={**os.environ, "DAGSTER_HOME": str(home)},
+                                  cwd=tmp_path, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # Inside a run of the rehearsal: its first step has reported (the runs print a line per step).
+        wait_for("the rehearsal's first run", lambda: "new_event_limits" in log.read_text(), 180)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(30)
+    said = log.read_text()
+    assert said.rstrip().endswith("Stopped") and "Serving the runs" not in said, said[-3000:]
+    assert not (home / "worker.json").exists()

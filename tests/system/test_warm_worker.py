@@ -4,6 +4,7 @@ status, events and run-log records), and the worker goes on after a run canceled
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -41,10 +42,11 @@ SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, 
 INCREMENTAL_TABLES = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions")
 
 
-def launch(workspace: Path, instance: DagsterInstance) -> str:
+def launch(workspace: Path, instance: DagsterInstance, job: str = "incremental_job", config: dict | None = None) -> str:
     """`dagster job launch`, as the UI's Launch run does: the run id it made."""
     before = {run.run_id for run in instance.get_runs()}
-    launched = subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "incremental_job"],
+    given = ["--config-json", json.dumps(config)] if config else []
+    launched = subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", job, *given],
                               capture_output=True, text=True, timeout=300, env=os.environ)
     assert launched.returncode == 0, launched.stderr[-3000:]
     [run_id] = {run.run_id for run in instance.get_runs()} - before
@@ -139,6 +141,14 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             assert told and all(": terminated: run " in line for line in told), told
             wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), 180)
             assert serving(home)["pid"] == worker.pid
+
+            # A run that fails in the worker (a refresh its settings do not allow) leaves it serving.
+            refused = {"ops": {"full_refresh": {"config": {"confirm_warehouse": str(tmp_path / "warehouse")}}}}
+            failed = ended(instance, launch(workspace, instance, "refresh_job", refused))
+            assert failed.status == DagsterRunStatus.FAILURE and failed.tags[WORKER_TAG].endswith(f":{worker.pid}")
+            wait_for("the worker to be done with the failed run", lambda: f"run {failed.run_id}" in (tmp_path / "worker.log").read_text(), 60)
+            time.sleep(3)  # Dagster's own watcher interrupted here, on the run's FAILURE, and the worker stopped
+            assert worker.poll() is None and (serving(home) or {}).get("pid") == worker.pid, (tmp_path / "worker.log").read_text()[-3000:]
             for _ in range(5):  # the run after a failed one brings the assets in sync window by window
                 after = ended(instance, launch(workspace, instance))
                 assert after.status == DagsterRunStatus.SUCCESS and after.tags[WORKER_TAG].endswith(f":{worker.pid}")

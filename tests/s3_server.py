@@ -83,10 +83,42 @@ def without_conditional_writes(endpoint: str) -> Iterator[str]:
         def log_message(self, *args) -> None:
             pass
 
-    proxy = ThreadingHTTPServer((LOCALHOST, 0), Forward)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    with _serving(Forward) as proxy:
+        yield proxy
+
+
+@contextmanager
+def refusing_store(code: str, status: int = 403) -> Iterator[str]:
+    """An S3 endpoint that answers every request with one refusal (an S3 error document), as a
+    store answers rejected credentials: its endpoint."""
+    document = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>refused by the stub'
+                f"</Message></Error>").encode()
+
+    class Refuse(BaseHTTPRequestHandler):
+        def refuse(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(document)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(document)
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = refuse
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with _serving(Refuse) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server of `handler` on a free port of 127.0.0.1: its endpoint."""
+    server = ThreadingHTTPServer((LOCALHOST, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://{LOCALHOST}:{proxy.server_address[1]}"
+        yield f"http://{LOCALHOST}:{server.server_address[1]}"
     finally:
-        proxy.shutdown()
-        proxy.server_close()
+        server.shutdown()
+        server.server_close()

@@ -156,11 +156,13 @@ def ahead_of_the_clock(plans: list[dict] | None, settings: IncrementalSettings, 
     if not standard or settings.session_timestamp not in source.schema().to_arrow().names:
         return ""
     latest = max(standard, key=lambda row: row["upper_limit"])
-    upper, now = naive(latest["upper_limit"]), utcnow()
-    if upper < now and first_after(source_table_uri(), settings, upper, now) is not None:
+    now = utcnow()
+    first = first_after(source_table_uri(), settings, naive(latest["upper_limit"]), now + AHEAD_LOOKED)  # one read
+    if first is None:
+        return ""
+    if first <= now:
         return RunRequest(run_key=f"due-after-{latest['run_id']}")
-    ahead = first_after(source_table_uri(), settings, max(upper, now), now + AHEAD_LOOKED)
-    return f"; source rows stamped ahead of the clock come due from {ahead}, and a run is requested then" if ahead else ""
+    return f"; source rows stamped ahead of the clock come due from {first}, and a run is requested then"
 
 
 def seen_version(context: SensorEvaluationContext, plans: list[dict] | None, table_id: str) -> int:

@@ -10,11 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from contextlib import contextmanager
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import pyarrow.parquet as pq
 import pytest
@@ -30,7 +26,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import FAILED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY
+from tests.s3_server import ACCESS_KEY, BUCKET, SECRET_KEY, refusing_store
 from tests.soak.test_crash_safety import CHILD as KILLED_AT
 from tests.warehouse_tables import REFERENCE_DAY, comparable_tables, reference_run, scenario_environment
 
@@ -125,36 +121,6 @@ def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(
     assert refused.returncode == 2 and "overwrote an object that a conditional write" in refused.stderr, refused.stderr
     assert DeltaTable.is_deltatable(f"s3://{BUCKET}/refused/source") and not DeltaTable.is_deltatable(
         f"s3://{BUCKET}/refused/warehouse/run_log"), "nothing written"
-
-
-@contextmanager
-def refusing_store(code: str, status: int = 403) -> Iterator[str]:
-    """An S3 endpoint that answers every request with one refusal, as a store answers rejected
-    credentials: its endpoint."""
-    document = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>refused by the stub'
-                f"</Message></Error>").encode()
-
-    class Refuse(BaseHTTPRequestHandler):
-        def _refuse(self):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(document)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(document)
-
-        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _refuse
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_missing_bucket_and_refused_credentials_are_named_with_what_to_do(s3, tmp_path, monkeypatch):

@@ -147,13 +147,14 @@ def new_event_limits(
         raise Failure(description=str(error)) from None
     for line in limits.log_lines:
         context.log.info(line)
-    if run_of(context) is not None:
-        context.instance.add_run_tags(run_of(context), {
+    run_id = run_of(context)
+    if run_id is not None:
+        context.instance.add_run_tags(run_id, {
             RUN_STATE_TAG: limits.state.value, WINDOW_TAG: f"{limits.lower.isoformat()}..{limits.upper.isoformat()}",
         })
     start_writing(context, settings, state, (limits.lower, limits.upper))  # refused while a plan is pending; the lease
     plans = read_rows(table_uri(NEW_EVENT_LIMITS))
-    plan, note = plan_run(run_of(context) or "", limits, settings, entries, models, source, plans, state)
+    plan, note = plan_run(run_id or "", limits, settings, entries, models, source, plans, state)
     if note:
         context.log.info(note)
     if plan.quiet is not None:

@@ -18,13 +18,20 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRequest, RunsFilter, SkipReason, build_sensor_context
 from dagster._core.execution.backfill import PartitionBackfill
+from dagster._core.storage.tags import RUN_KEY_TAG
+from pyspark.sql import functions as F
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
 from incremental_assets.definitions import build_definitions
-from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, KEYHOLE_TAG, WAREHOUSE_POOL, WORKER_TAG
+from incremental_assets.lib.catalog import (
+    ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, FILTERED_EVENTS, INCREMENTAL_JOB, KEYHOLE_TAG, RETRY_TAG,
+    LIFECYCLE, WAREHOUSE_POOL, WORKER_TAG,
+)
+from incremental_assets.lib.delta.log import stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
+from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import LIVE
 from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
@@ -106,9 +113,45 @@ def writers(instance: DagsterInstance) -> list:
     return [run for run in instance.get_runs() if run.job_name != "__ASSET_JOB" or run.asset_selection]
 
 
-def sensor_ticks(instance: DagsterInstance, name: str) -> int:
+def ticks(instance: DagsterInstance, name: str) -> list:
     states = [s for s in instance.all_instigator_state() if s.name == name]
-    return sum(len(instance.get_ticks(s.instigator_origin_id, s.selector_id)) for s in states)
+    return [tick for s in states for tick in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
+
+
+def keyed(instance: DagsterInstance, prefix: str) -> list:
+    """The runs a sensor requested with a run key that starts with `prefix`."""
+    return [run for run in instance.get_runs() if run.tags.get(RUN_KEY_TAG, "").startswith(prefix)]
+
+
+def start_worker(tmp_path: Path) -> subprocess.Popen:
+    """`incremental-assets serve` for the home in the environment, its lines appended to worker.log."""
+    with open(tmp_path / "worker.log", "a") as log:
+        return subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def append_events(spark, source: str) -> None:
+    """The stream's next hours, up to the first that holds events: a night hour may hold none, and
+    a run over it reads nothing (and needs no Spark)."""
+    for _ in range(8):
+        if append_hours(spark, source, 1):
+            return
+    raise AssertionError("eight hours of the stream without an event")
+
+
+def in_a_spark_step(instance: DagsterInstance) -> str | None:
+    """The id of an incremental run the warm worker executes that has started its first Spark step."""
+    for run in instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, statuses=[DagsterRunStatus.STARTED])):
+        steps = [log.dagster_event for log in instance.all_logs(run.run_id) if log.dagster_event]
+        if run.tags.get(WORKER_TAG) and any(e.is_step_start and e.step_key == LIFECYCLE for e in steps):
+            return run.run_id
+    return None
+
+
+def not_yet_stored(spark, source: str) -> set[str]:
+    """The source's events whose load time has come that filtered_events does not hold."""
+    due = spark.read.format("delta").load(source).where(F.col("load_tstamp") <= F.lit(utcnow())).select("event_id")
+    return {row.event_id for row in due.subtract(read_table(spark, StateStore().uri(FILTERED_EVENTS)).select("event_id")).collect()}
 
 
 def wait_for(what, condition, seconds: float):
@@ -127,10 +170,6 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
     """Findings: on its first start after command-line runs, the source sensor launched a run nobody
     needed; rows that reached the source behind the cursor waited for a person to type a command; a
     UI partition backfill was closed as Failed by the next writer, and left attributes stale."""
-    from pyspark.sql import functions as F
-
-    from incremental_assets.lib.sample.stream import append_hours, generate_stream
-
     home = a_home(tmp_path, "dagster.postgres.yaml")
     a_workspace(tmp_path)
     source = str(tmp_path / "source")
@@ -143,15 +182,14 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
         assert all(run.success for run in run_until_caught_up(settings, report=lambda line: None, instance=instance))
         runs_before = len(writers(instance))
         # The warm worker executes the runs the daemon launches (one at a time; a second goes to a process of its own).
-        worker = subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
-                                  stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
+        worker = start_worker(tmp_path)
         wait_for("the worker to serve", lambda: serving(home), 240)
         daemon = subprocess.Popen(
             [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
             stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
-            wait_for("two ticks of the source sensor", lambda: sensor_ticks(instance, "source_events_sensor") >= 2, 240)
+            wait_for("two ticks of the source sensor", lambda: len(ticks(instance, "source_events_sensor")) >= 2, 240)
             assert len(writers(instance)) == runs_before, "nothing launched over a caught-up warehouse"
 
             # Another writer appends two hours of the stream, and rows whose cursor lies behind the manifest.
@@ -168,6 +206,45 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 return ended and stored.count() > 0 and latest and latest.timestamp > max(r.end_time for r in keyholes)
 
             wait_for("the keyhole run and attributes after it", attributes_caught_up, 900)
+            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600)
+
+            # The worker killed outright (kill -9) in the daemon's run of a new load, in a Spark step
+            # (its JVM paused first, so the run cannot end before the kill). Restarted, as a
+            # supervisor would. With no new load, the killed run's window is run again.
+            last = next(run for run in instance.get_runs() if run.tags.get(WORKER_TAG))
+            wait_for("the worker to be done with its last run", lambda: f"run {last.run_id}" in (tmp_path / "worker.log").read_text(), 60)
+            jvm = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
+            dropped = not_yet_stored(spark, source)  # rows the filters drop (no event id, ...)
+            for pid in jvm:
+                os.kill(pid, signal.SIGSTOP)
+            append_events(spark, source)
+            loaded = stored_table(source).version()
+            killed = wait_for("the daemon's run in a Spark step in the worker", lambda: in_a_spark_step(instance), 300)
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(60)
+            worker = start_worker(tmp_path)
+            assert not_yet_stored(spark, source) > dropped, "the killed run wrote nothing"
+            wait_for("the killed run's window run again", lambda: any(
+                run.status == DagsterRunStatus.SUCCESS for run in instance.get_runs(RunsFilter(tags={RETRY_TAG: killed}))), 900)
+            assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
+            assert not_yet_stored(spark, source) == dropped and stored_table(source).version() == loaded
+
+            # Rows a loader stamped 3 minutes ahead of the clock: the run of their load reads up to its now,
+            # the sensor names them, and requests a run once their time has come, with no new load.
+            ahead = (spark.read.format("delta").load(source).where(F.to_date("load_tstamp") == PARAMS.start_date).limit(5)
+                     .withColumn("event_id", F.concat(F.lit("ahead-"), "event_id"))
+                     .withColumn("domain_sessionid", F.concat(F.lit("ahead-"), "domain_sessionid"))  # sessions of now
+                     .withColumn("load_tstamp", F.lit(utcnow() + timedelta(seconds=180)))
+                     .withColumn("load_date", F.to_date("load_tstamp")))
+            ahead.write.format("delta").mode("append").save(source)
+            loaded = stored_table(source).version()
+            wait_for("a tick naming rows ahead of the clock", lambda: any(
+                "stamped ahead of the clock come due from" in (tick.skip_reason or "")
+                for tick in ticks(instance, "source_events_sensor")), 300)
+            assert not_yet_stored(spark, source) == dropped, "rows whose time has not come are not due"
+            wait_for("a run for the rows ahead of the clock once due", lambda: any(
+                run.status == DagsterRunStatus.SUCCESS for run in keyed(instance, "due-after-")), 600)
+            assert not_yet_stored(spark, source) == dropped and stored_table(source).version() == loaded
             wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600)
 
             # A partition backfill of two days, as the UI's Launch backfill makes it: the backfill daemon runs it.
@@ -192,7 +269,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(60)
         logs = "".join((tmp_path / log).read_text()[-3000:] for log in ("daemon.log", "worker.log"))
-        assert all(run.status.value == "SUCCESS" for run in instance.get_runs()), logs
+        assert all(run.status.value == "SUCCESS" for run in instance.get_runs() if run.run_id != killed), logs
         assert any(run.tags.get(WORKER_TAG) for run in writers(instance)), "the daemon's runs went to the warm worker"
         [backfill_run] = instance.get_runs(RunsFilter(tags={"dagster/backfill": "uibackfill"}))
         assert WAREHOUSE_POOL in backfill_run.run_op_concurrency.all_pools, "it queues behind every other writer"
@@ -202,7 +279,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
         through_the_daemon = rows_of(spark, ATTRIBUTES)
         assert run_days(settings, *days, instance).success  # what the project's own backfill of those days leaves
         assert rows_of(spark, ATTRIBUTES) == through_the_daemon
-        assert FAILED not in {r["status"] for r in StateStore().run_log()}
+        assert {r["run_id"] for r in StateStore().run_log() if r["status"] == FAILED} <= {killed}, "only the killed run failed"
         events = read_table(spark, StateStore().uri("filtered_events"))
         page_views = read_table(spark, StateStore().uri(ATTRIBUTES)).agg(F.sum("page_views")).first()[0]
         assert page_views == events.where(F.col("event_name") == "page_view").count(), "attributes hold every stored event"
@@ -229,7 +306,7 @@ def test_a_killed_command_line_run_is_failed_by_the_sensor_and_run_monitoring_an
     from dagster._core.launcher import WorkerStatus
 
     from incremental_assets.defs.automation import source_events_sensor
-    from incremental_assets.lib.catalog import INCREMENTAL_JOB, PROCESS_TAG
+    from incremental_assets.lib.catalog import PROCESS_TAG
 
     source = sample_source(spark, PARAMS, tmp_path)
     with scenario_environment(tmp_path / "warehouse", source, SETTINGS, home=a_home(tmp_path)):

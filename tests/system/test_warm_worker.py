@@ -13,19 +13,21 @@ from datetime import datetime, timedelta
 from datetime import time as dtime
 from pathlib import Path
 
+import yaml
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus
 from incremental_assets.cli.runner import run_until_caught_up
+from incremental_assets.lib.attributes import SAMPLE_ATTRIBUTES
 from incremental_assets.lib.catalog import EVENTS_THIS_RUN
 from incremental_assets.lib.errors import step_failure
 from incremental_assets.lib.sample.generator import SampleParams
-from incremental_assets.lib.sample.stream import append_hours, generate_stream
+from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.run_log import PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.worker import WarmRunLauncher, serving
-from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, wait_for
+from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, append_events, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
 # A stream whose loads end a day before now, so that a day holds hours with events whatever the time
@@ -39,6 +41,7 @@ HOURS_LOADED = int((utcnow() - datetime.combine(START, dtime.min)).total_seconds
 # (tests/pipeline/test_batching_invariance.py): the test compares the runs' tables with that run.
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "max_session_days": 1, "reprocess_days": 365, "min_rows_to_process": 1,
             "lookback_window_hours": 48}
+ADDED = {"name": "add_to_cart_7d", "aggregation": "count", "event_names": ["add_to_cart"], "period": "last 7 days"}
 INCREMENTAL_TABLES = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_sessions", "sessions")
 
 
@@ -51,15 +54,6 @@ def launch(workspace: Path, instance: DagsterInstance, job: str = "incremental_j
     assert launched.returncode == 0, launched.stderr[-3000:]
     [run_id] = {run.run_id for run in instance.get_runs()} - before
     return run_id
-
-
-def append_events(spark, source: str) -> None:
-    """The stream's next hours, up to the first that holds events: a night hour may hold none, and
-    a run over it reads nothing (and needs no Spark)."""
-    for _ in range(8):
-        if append_hours(spark, source, 1):
-            return
-    raise AssertionError("eight hours of the stream without an event")
 
 
 def ended(instance: DagsterInstance, run_id: str, seconds: float = 300):
@@ -83,8 +77,11 @@ def caught_up(instance: DagsterInstance, run_id: str) -> bool:
     return batch.metadata["caught_up"].value
 
 
-def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tmp_path):
+def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tmp_path, monkeypatch):
     home = a_home(tmp_path)
+    settings_file = tmp_path / "settings.yaml"  # the operator's, edited below before an `apply`
+    settings_file.write_text("# attributes: the sample set\n")
+    monkeypatch.setenv("INCREMENTAL_ASSETS_CONFIG", str(settings_file))
     with open(home / "dagster.yaml", "a") as config:  # runs start when launched: no daemon in this test
         config.write("run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
     workspace = a_workspace(tmp_path)
@@ -154,6 +151,23 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
                 assert after.status == DagsterRunStatus.SUCCESS and after.tags[WORKER_TAG].endswith(f":{worker.pid}")
                 if caught_up(instance, after.run_id):
                     break
+
+            # `apply` of an added attribute: the next run handed over finds the settings file changed,
+            # starts in its own process while the worker restarts with it, and the runs after it are
+            # the worker's again (it used to refuse them all with the plan inverted).
+            served = serving(home)["port"]
+            settings_file.write_text(yaml.safe_dump({"attributes": [*SAMPLE_ATTRIBUTES, ADDED]}))
+            applied = subprocess.run([BIN / "incremental-assets", "apply"], capture_output=True, text=True, timeout=900, env=os.environ)
+            assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+            append_events(spark, source)
+            handed = ended(instance, launch(workspace, instance))
+            assert handed.status == DagsterRunStatus.SUCCESS, story(instance, handed.run_id, tmp_path / "worker.log")
+            assert any("the settings file changed since the warm worker started" in (e.message or "") for e in instance.all_logs(handed.run_id))
+            wait_for("the worker to serve the settings on disk", lambda: (serving(home) or {}).get("port") not in (None, served), 240)
+            append_events(spark, source)
+            warm_again = ended(instance, launch(workspace, instance))
+            assert warm_again.status == DagsterRunStatus.SUCCESS, story(instance, warm_again.run_id, tmp_path / "worker.log")
+            assert warm_again.tags[WORKER_TAG].endswith(f":{worker.pid}")
         finally:
             os.killpg(worker.pid, signal.SIGTERM)
             worker.wait(60)

@@ -57,23 +57,24 @@ def events(warehouse) -> pd.DataFrame:
 def oracle(events: pd.DataFrame, day: date) -> dict[str, tuple]:
     """Every sample attribute of every key seen by the end of `day`, from its events alone."""
     seen = events[events.event_date <= day]
+    keys = seen.user_identifier.dropna().unique()
+    by_key = seen.groupby("user_identifier")
     week = seen[seen.event_date > day - timedelta(days=7)]
-    values = {}
-    for key, rows in seen.groupby("user_identifier"):
-        recent = week[week.user_identifier == key]
-        views = rows[(rows.event_name == "page_view") & rows.page_url.notna()]
-        last_page = views.sort_values(["derived_tstamp", "page_url"]).page_url.iloc[-1] if len(views) else None
-        values[key] = (
-            int((rows.event_name == "page_view").sum()),
-            int((recent.event_name == "page_view").sum()),
-            recent.session_identifier.dropna().nunique(),
-            moment(rows.derived_tstamp.min()),
-            moment(rows.derived_tstamp.max()),
-            last_page,
-            sorted(rows.app_id.dropna().unique()),
-            int((rows.event_name == "add_to_cart").sum()),
-        )
-    return values
+    views = seen.event_name == "page_view"
+    pages = seen[views & seen.page_url.notna()].sort_values(["derived_tstamp", "page_url"])
+    columns = [
+        views.groupby(seen.user_identifier).sum(),
+        (week.event_name == "page_view").groupby(week.user_identifier).sum().reindex(keys, fill_value=0),
+        week.groupby("user_identifier").session_identifier.nunique().reindex(keys, fill_value=0),
+        by_key.derived_tstamp.min().map(moment),
+        by_key.derived_tstamp.max().map(moment),
+        pages.groupby("user_identifier").page_url.last().reindex(keys),
+        seen[seen.app_id.notna()].groupby("user_identifier").app_id.unique().map(sorted).reindex(keys),
+        (seen.event_name == "add_to_cart").groupby(seen.user_identifier).sum(),
+    ]
+    table = pd.concat([column.reindex(keys) for column in columns], axis=1)
+    return {key: (int(a), int(b), int(c), d, e, None if pd.isna(f) else f, g if isinstance(g, list) else [], int(h))
+            for key, (a, b, c, d, e, f, g, h) in zip(table.index, table.itertuples(index=False))}
 
 
 def moment(value) -> datetime:

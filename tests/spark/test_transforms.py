@@ -580,6 +580,55 @@ def test_a_key_recomputed_without_change_yields_no_row(spark, daily, history):
     assert history_changes(daily, history, from_days(spark, [("U1", date(2021, 1, 1)), ("U2", date(2021, 1, 2))]), SPECS, THROUGH).count() == 0
 
 
+# Every lifetime attribute here is carried: a recomputation from a key's from_day starts from its
+# stored values of the day before, and reads no partial before from_day (a "last N days" one's, N - 1
+# days before it).
+CARRIED = parse_attributes([
+    {"name": "page_views", "aggregation": "count", "event_names": ["page_view"]},
+    {"name": "page_views_2d", "aggregation": "count", "event_names": ["page_view"], "period": "last 2 days"},
+    {"name": "last_page", "aggregation": "last", "property": "page_url", "event_names": ["page_view"]},
+    {"name": "first_page", "aggregation": "first", "property": "page_url", "event_names": ["page_view"]},
+    {"name": "apps", "aggregation": "unique_list", "property": "app_id"},
+    {"name": "last_seen", "aggregation": "max", "property": "derived_tstamp"},
+])
+
+
+def carried_daily(spark, rows):
+    schema = "user_identifier string, event_name string, derived_tstamp timestamp, page_url string, app_id string"
+    filtered = frame(spark, schema, rows).withColumn("event_date", F.to_date("derived_tstamp"))
+    return daily_partials(filtered, CARRIED, "user_identifier")
+
+
+def applied(history_, changes) -> dict:
+    """The history's rows once `changes` are merged on (attribute_key, valid_from)."""
+    rows = history_rows(history_.withColumn("_deleted", F.lit(False)))
+    for key in history_rows(changes, deleted=True):
+        del rows[key]
+    return {**rows, **history_rows(changes)}
+
+
+def test_a_late_event_carries_on_from_the_values_of_the_day_before(spark):
+    # Stored for U1: from 01-01 (2, 2, /b, /a, [mobile, web], 01 11:00); from 01-02 the same but
+    # last seen 02 09:00 (a click); from 01-03 (4, 2, /c, ...); from 01-05 the 2-day count 0. A late
+    # page view of 01-03 09:00 (/e, app tv): from 01-03 (5, 3, /e, /a, [mobile, tv, web], 03 09:00),
+    # from 01-05 (5, 0, ...). The partials of 01-01 are left out of the input: the lifetime values
+    # come from the stored values of 01-02, and the 2-day count reads back to 01-02 only.
+    everyone = from_days(spark, [("U1", date(2021, 1, 1)), ("U2", date(2021, 1, 1))])
+    stored = history_changes(carried_daily(spark, FILTERED), None, everyone, CARRIED, THROUGH).where(~F.col("_deleted")).drop("_deleted")
+    late = carried_daily(spark, [*FILTERED, ("U1", "page_view", t("03 09:00"), "/e", "tv")])
+    from_01_02 = late.where(F.col("event_date") >= date(2021, 1, 2))
+    changes = history_changes(from_01_02, stored, from_days(spark, [("U1", date(2021, 1, 3))]), CARRIED, THROUGH, date(2021, 1, 3))
+    apps = ["mobile", "tv", "web"]
+    assert history_rows(changes) == {
+        ("U1", date(2021, 1, 3)): (date(2021, 1, 5), 5, 3, "/e", "/a", apps, t("03 09:00")),
+        ("U1", date(2021, 1, 5)): (None, 5, 0, "/e", "/a", apps, t("03 09:00")),
+    }
+    assert history_rows(changes, deleted=True) == {}
+    # And the history it leaves equals one built from scratch over every partial.
+    rebuilt = history_changes(late, None, everyone, CARRIED, THROUGH).withColumn("_deleted", F.lit(False))
+    assert applied(stored, changes) == history_rows(rebuilt)
+
+
 def test_a_lookup_gives_the_values_of_the_day_before_each_example(spark, history):
     # U1 on 01-03 at 09:00: as of the end of 01-02, (2, 2, /b, 2), not 01-03's page views. U1 on
     # 01-01: nothing before it (nulls). U2 on 01-10: its current row. U3: never seen. The same

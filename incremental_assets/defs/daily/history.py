@@ -2,9 +2,11 @@
 days with the same values, kept incrementally from daily_aggregates.
 
 Each write carries, in its commit, the version of daily_aggregates and the last day it was computed
-from (`BUILT_FROM`). The next run recomputes only the keys that daily_aggregates' commits since
-then touched, from the first day they touched, and the keys whose "last N days" values age out on
-the days since; it writes only the rows that differ. A run that changes nothing writes nothing,
+from (`BUILT_FROM`). The next run recomputes only the keys whose daily rows changed since then
+(added, removed or with another partial), from the first day one changed, and the keys whose "last
+N days" values age out on the days since; each from its stored values of the day before, so its
+cost follows the keys and days recomputed, not the history's length. It writes only the rows that
+differ. A run that changes nothing writes nothing,
 and a re-run after a crash finds its rows there. With no usable mark (a first run, a table emptied
 by a refresh or a plan, a daily_aggregates version that can no longer be read) every key is
 recomputed from its first day.
@@ -93,8 +95,9 @@ def attributes_history(
         yield AssetCheckResult(check_name=TILED, passed=True, metadata={"checked": "nothing: no key recomputed"})
         return
     first_days = first_days.cache()
-    changes = history_changes(partials, stored, first_days, specs, through).cache()
-    count, keys = changes.count(), first_days.count()
+    keys, earliest = first_days.agg(F.count(F.lit(1)), F.min("from_day")).first()
+    changes = history_changes(partials, stored, first_days, specs, through, earliest).cache()
+    count = changes.count()
     scope = "every key from its first day" if before is None else f"the keys daily_aggregates changed since version {before.version}"
     context.log.info(f"attributes_history: {scope} ({keys} keys), through {through}: {count} rows to write")
     yield Output(
@@ -126,21 +129,33 @@ def keys_to_recompute(
     days = partitions_changed(daily_uri, before.version, "event_date")
     if days is None:
         return _every_key(daily, stored)
-    touched = sorted(date.fromisoformat(day) for day in days if day is not None)
-    was = rows_as_of(daily_uri, before.version, ["attribute_key", "event_date"], [("event_date", "in", [d.isoformat() for d in touched])]) if touched else None
-    if touched and was is None:
+    touched = [date.fromisoformat(day) for day in days if day is not None]
+    changed = changed_rows(daily_uri, before.version, now.version, touched) if touched else []
+    if changed is None:
         return _every_key(daily, stored)
     spark = daily.sparkSession
-    keys = daily.select("attribute_key", "event_date").where(F.col("event_date").isin(touched)) if touched else None
-    if was is not None and was.num_rows:  # as Python rows: Spark Connect takes no string_view column
-        old = spark.createDataFrame([(r["attribute_key"], r["event_date"]) for r in was.to_pylist()], keys.schema)
-        keys = keys.unionByName(old)
+    keys = spark.createDataFrame(changed, daily.select("attribute_key", "event_date").schema) if changed else None
     aging = _aging(daily, specs, before.through, now.through)
     if aging is not None:
         keys = aging if keys is None else keys.unionByName(aging)
     if keys is None:
         return None
     return keys.groupBy("attribute_key").agg(F.min("event_date").alias("from_day"))
+
+
+def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[tuple] | None:
+    """(attribute_key, event_date) of the rows of `days` that daily_aggregates' version `now` holds
+    and `was` did not hold the same: added, removed or with a partial changed. A run rewrites
+    its days whole, yet changes the rows of the keys its events came from. None when `was`
+    cannot be read any more. Read with deltalake: a few thousand rows, no Spark job."""
+    on_days = [("event_date", "in", [day.isoformat() for day in days])]
+    before, after = rows_as_of(daily_uri, was, None, on_days), rows_as_of(daily_uri, now, None, on_days)
+    if before is None or after is None:
+        return None
+    if before.schema.names != after.schema.names:  # a column added or dropped: every row differs
+        return sorted({(r["attribute_key"], r["event_date"]) for t in (before, after) for r in t.select(["attribute_key", "event_date"]).to_pylist()})
+    old, new = ({(r["attribute_key"], r["event_date"]): r for r in t.to_pylist()} for t in (before, after))
+    return sorted(pair for pair in old.keys() | new.keys() if old.get(pair) != new.get(pair))
 
 
 def _every_key(daily: DataFrame, stored: DataFrame | None) -> DataFrame:

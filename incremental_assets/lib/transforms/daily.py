@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -129,28 +129,78 @@ def intervals(by_day: DataFrame, names: list[str]) -> DataFrame:
 
 
 def history_changes(
-    daily: DataFrame, stored: DataFrame | None, first_days: DataFrame, specs: list[AttributeSpec], through: date
+    daily: DataFrame, stored: DataFrame | None, first_days: DataFrame, specs: list[AttributeSpec], through: date,
+    earliest: date | None = None,
 ) -> DataFrame:
     """The rows that bring `stored` (attributes_history; None: none yet) up to date through
     `through` when each key of `first_days` has its values recomputed from its `from_day` on: rows
     to write (`DELETED` false) and stored rows to delete (true), on (attribute_key, valid_from). A
     key's interval that holds the day before its from_day keeps its start, and runs on if the
-    values continue; nothing before it is read or written. An unchanged key yields no row."""
+    values continue; its values are where the recomputation starts (`partials_from`), so nothing
+    before it is read or written. An unchanged key yields no row. `earliest`: no from_day is
+    before it (the reads skip the days and intervals before)."""
     names = [spec.name for spec in specs]
     keys = F.broadcast(first_days)
-    recomputed = attributes_by_day(daily.join(keys.select("attribute_key"), "attribute_key"), specs, days_from(first_days, through))
+    days = days_from(first_days, through)
     if stored is None:
-        return intervals(recomputed, names).withColumn(DELETED, F.lit(False))
+        return intervals(attributes_by_day(partials_from(daily, first_days, None, specs, earliest), specs, days), names).withColumn(
+            DELETED, F.lit(False))
+    if earliest is not None:
+        stored = stored.where(F.col(VALID_TO).isNull() | (F.col(VALID_TO) >= F.lit(earliest)))
     stored = stored.join(keys, "attribute_key")
     # The stored intervals the recomputation can touch: from the one holding the day before from_day on.
     reaching = stored.where(F.col(VALID_TO).isNull() | (F.col(VALID_TO) >= F.col("from_day")))
     before = reaching.where(F.col(VALID_FROM) < F.col("from_day"))  # holds the day before: kept as it starts
+    recomputed = attributes_by_day(partials_from(daily, first_days, before, specs, earliest), specs, days)
     start = before.select("attribute_key", F.col(VALID_FROM).alias(AS_OF), *names)
     rebuilt = intervals(start.unionByName(recomputed), names)
     kept = reaching.select(*rebuilt.columns)
     written = rebuilt.exceptAll(kept).withColumn(DELETED, F.lit(False))
     gone = kept.join(rebuilt, ["attribute_key", VALID_FROM], "left_anti").withColumn(DELETED, F.lit(True))
     return written.unionByName(gone)
+
+
+def carried(spec: AttributeSpec) -> bool:
+    """An attribute whose value as of a day follows from its value the day before and that day's
+    partial: every lifetime one but a count_distinct, whose stored value is a count, not its set."""
+    return spec.days is None and spec.aggregation != "count_distinct"
+
+
+def partials_from(
+    daily: DataFrame, first_days: DataFrame, prior: DataFrame | None, specs: list[AttributeSpec], earliest: date | None,
+) -> DataFrame:
+    """The partials each key's values from its from_day on are computed from, as `_combine` reads
+    them: a carried attribute's from from_day, with its value as of the day before (the `prior`
+    interval of the stored history, holding that day) as one more partial dated that day; a
+    "last N days" one's from N - 1 days before from_day; a lifetime count_distinct's from the key's
+    first day. So a key's cost follows the days recomputed, not the length of its history."""
+    reach = max((spec.days - 1 for spec in specs if spec.days is not None), default=0)
+    whole = any(spec.days is None and not carried(spec) for spec in specs)
+    rows = daily.join(F.broadcast(first_days), "attribute_key")
+    if not whole:
+        rows = rows.where(F.col("event_date") >= F.date_sub("from_day", reach))
+        if earliest is not None:  # a bound Delta prunes partitions by
+            rows = rows.where(F.col("event_date") >= F.lit(earliest - timedelta(days=reach)))
+    since = F.col("event_date") >= F.col("from_day")
+    partials = [(F.when(since, F.col(s.partial)) if carried(s) else F.col(s.partial)).alias(s.partial) for s in specs]
+    rows = rows.select("attribute_key", "event_date", *partials)
+    if prior is None:
+        return rows
+    day_before = F.date_sub("from_day", 1)
+    values = [_as_partial(s, day_before, daily.schema[s.partial].dataType).alias(s.partial) for s in specs]
+    return rows.unionByName(prior.select("attribute_key", day_before.alias("event_date"), *values))
+
+
+def _as_partial(spec: AttributeSpec, day: Column, kind: T.DataType) -> Column:
+    """A stored value as the partial of one day before every partial it is combined with: a first
+    or last one stamped at that day's start, so that any later value wins a `last` and loses a
+    `first`; none (of the partial's type) for an attribute not carried."""
+    if not carried(spec):
+        return F.lit(None).cast(kind)
+    value = F.col(spec.name)
+    if spec.aggregation in ("first", "last"):
+        return F.when(value.isNotNull(), F.struct(day.cast("timestamp").alias("tstamp"), value.alias("value")))
+    return value
 
 
 def as_of_day_before(examples: DataFrame, history: DataFrame, key: str = "attribute_key", at: str = "timestamp") -> DataFrame:

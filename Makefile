@@ -52,10 +52,12 @@ bench: setup
 bench-maintenance: setup
 	$(BIN)/python benchmarks/maintenance.py --runs 50
 
-# One-hour runs as whole processes on 7 and 60 days of history, and where their seconds go
-# (benchmarks/results/process.json; make bench adds it to results.md).
+# One-hour runs as whole processes on 7 and 60 days of history, and where their seconds go, at
+# the earlier benches' shape and at a real site's (benchmarks/results/process.json and
+# process-site.json; make bench adds them to results.md).
 bench-process: setup
 	$(BIN)/python benchmarks/process.py --histories 7 60 --reps 3
+	$(BIN)/python benchmarks/process.py --shape site --histories 7 60 --reps 3
 
 # The same history on local disk and in a bucket of moto's S3 server, side by side: one-hour runs
 # and a run over a million events (benchmarks/results/object_store.json; make bench adds it).

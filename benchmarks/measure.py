@@ -13,6 +13,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 RESULTS = Path(__file__).parent / "results"
+# The shapes a bench's site can have, as events per user a day: "dense" is the earlier benches' (400
+# users making 50 events a day at 20,000 a day); "site" a real site's (about 7: 2,857 users at
+# 20,000 a day), where a run touches more keys for the same events.
+EVENTS_PER_USER = {"dense": 50, "site": 7}
+
+
+def users_for(events_per_day: int, shape: str) -> int:
+    return max(40, events_per_day // EVENTS_PER_USER[shape])
 
 
 def cold_spark_start_seconds(session_args: str = "") -> float:

@@ -17,10 +17,10 @@ With --before DIR (a checkout of an earlier commit), each repetition also runs t
 run with that checkout's code, right after this one's, on the same warehouse: before and after,
 side by side.
 
-    .venv/bin/python benchmarks/process.py [--events-per-day N] [--histories 7 60] [--reps 3]
-        [--before DIR] [--no-launched]
+    .venv/bin/python benchmarks/process.py [--events-per-day N] [--shape dense|site] [--histories 7 60]
+        [--reps 3] [--before DIR] [--no-launched]
 
-Writes benchmarks/results/process.json.
+Writes benchmarks/results/process.json (the dense shape) or process-site.json (measure.EVENTS_PER_USER).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from measure import RESULTS
+from measure import RESULTS, users_for
 
 from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
 from incremental_assets.lib.incremental.days import daily_runs, days_window_tags
@@ -58,8 +58,8 @@ from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.settings import load_settings
 from incremental_assets.lib.spark import build_spark_session
 
-days, per_day, start = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sys.argv[3])
-params = SampleParams(users=max(40, per_day // 50), days=days + 10, events_per_day=per_day, start_date=start, seed=11)
+days, per_day, start, users = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sys.argv[3]), int(sys.argv[4])
+params = SampleParams(users=users, days=days + 10, events_per_day=per_day, start_date=start, seed=11)
 generate_stream(build_spark_session(), environment.table_uri(environment.ATOMIC_EVENTS), params, hours=days * 24)
 assert all(run.success for run in run_until_caught_up(load_settings(), report=lambda line: None))
 """
@@ -77,7 +77,7 @@ floor_write(build_spark_session(small=True), source, after, until, scratch)
 
 
 def history(root: Path, days: int, events_per_day: int, warehouse: str | None = None,
-            store_env: dict[str, str] | None = None) -> dict[str, str]:
+            store_env: dict[str, str] | None = None, shape: str = "dense") -> dict[str, str]:
     """A warehouse holding `days` days of processed history (loads ending two days ago, so the
     hours appended later lie in the past); the environment its commands run in. By default the
     warehouse is a folder under `root`; an object store's takes its variables in `store_env`."""
@@ -93,7 +93,8 @@ def history(root: Path, days: int, events_per_day: int, warehouse: str | None = 
         "DAGSTER_HOME": str(place / "dagster_home"),
     }
     env.pop("INCREMENTAL_ASSETS_SOURCE", None)
-    subprocess.run([sys.executable, "-c", SETUP, str(days), str(events_per_day), str(start)], env=env, check=True)
+    users = str(users_for(events_per_day, shape))
+    subprocess.run([sys.executable, "-c", SETUP, str(days), str(events_per_day), str(start), users], env=env, check=True)
     return env
 
 
@@ -185,6 +186,8 @@ def summary(runs: list[dict]) -> dict:
     ordered = sorted(runs, key=lambda run: run["seconds"])
     medians = {f"median_{key}": round(statistics.median(r[key] for r in runs), 2)
                for key in ("floor_seconds", "daily_seconds", "with_daily_seconds") if key in runs[0]}
+    if "daily_job steps" in runs[0]:  # the step whose cost grew with the history
+        medians["median_history_step_seconds"] = round(statistics.median(r["daily_job steps"].get("attributes_history", 0) for r in runs), 2)
     return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 2), **medians,
             "seconds": [r["seconds"] for r in runs], "median_run": ordered[len(ordered) // 2]}
 
@@ -192,6 +195,7 @@ def summary(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events-per-day", type=int, default=20_000)
+    parser.add_argument("--shape", choices=["dense", "site"], default="dense", help="events per user a day (measure.py)")
     parser.add_argument("--histories", type=int, nargs="+", default=[7, 60])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--before", type=Path, help="a checkout of an earlier commit, measured side by side")
@@ -199,7 +203,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-process-") as tmp:
         root = Path(tmp)
-        envs = {days: history(root, days, args.events_per_day) for days in args.histories}
+        envs = {days: history(root, days, args.events_per_day, shape=args.shape) for days in args.histories}
         runs: dict[int, list[dict]] = {days: [] for days in args.histories}
         before: dict[int, list[dict]] = {days: [] for days in args.histories}
         for rep in range(args.reps):
@@ -214,6 +218,8 @@ def main() -> None:
     first, last = args.histories[0], args.histories[-1]
     results = {
         "events_per_day": args.events_per_day,
+        "shape": args.shape,
+        "users": users_for(args.events_per_day, args.shape),
         "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in runs.items()},
         "one_hour_run_launched": launched,
     }
@@ -223,10 +229,12 @@ def main() -> None:
     results[f"ratio_{last}_to_{first}_days"] = round(
         medians[f"{last}_days"]["median_seconds"] / medians[f"{first}_days"]["median_seconds"], 2)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "process.json").write_text(json.dumps(results, indent=1) + "\n")
+    name = "process.json" if args.shape == "dense" else f"process-{args.shape}.json"
+    (RESULTS / name).write_text(json.dumps(results, indent=1) + "\n")
     for label, measured in (("", results), ("before, ", results.get("before"))):
         for days, figures in (measured or {}).get("one_hour_run_whole_process", {}).items():
-            print(f"{label}{days}: {figures['median_seconds']} s (runs {figures['seconds']}), floor {figures.get('median_floor_seconds')} s")
+            print(f"{label}{days}: {figures['median_seconds']} s (runs {figures['seconds']}), floor {figures.get('median_floor_seconds')} s, "
+                  f"attributes_history {figures.get('median_history_step_seconds')} s")
             for phase, seconds in figures["median_run"]["phases"]:
                 print(f"  {phase:<40}{seconds:>8.2f}")
     for name, figures in launched.items():

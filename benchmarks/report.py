@@ -23,6 +23,8 @@ matplotlib.use("Agg")  # PNG files, no display
 HERE = Path(__file__).parent
 MAINTENANCE = HERE / "results" / "maintenance.json"
 PROCESS = HERE / "results" / "process.json"
+PROCESS_SITE = HERE / "results" / "process-site.json"
+SITE_TITLE = "A run as a whole process, at a real site's shape"
 OBJECT_STORE = HERE / "results" / "object_store.json"
 HISTORY = HERE / "results" / "attributes_history.json"
 TOP = 5  # rows of a "where the time goes" table
@@ -266,8 +268,10 @@ def object_store(o: dict) -> list[str]:
 def whole_process(p: dict) -> list[str]:
     """One-hour runs as whole processes, and where the median run's seconds went."""
     histories = p["one_hour_run_whole_process"]
-    command = f".venv/bin/python benchmarks/process.py --events-per-day {p['events_per_day']} --histories " + " ".join(
-        name.removesuffix("_days") for name in histories)
+    site = p.get("shape") == "site"
+    command = f".venv/bin/python benchmarks/process.py --events-per-day {p['events_per_day']}{' --shape site' if site else ''} --histories " + " ".join(
+        name.removesuffix("_days") for name in histories) + (" --no-launched" if not p.get("one_hour_run_launched") else "") + (
+        " --before DIR" if "before" in p else "")
     ratio_key = next(key for key in p if key.startswith("ratio_"))
     rows = [(f"one-hour run as a process, {name.replace('_', ' ')} of history",
              runs(h["median_seconds"], h["seconds"]),
@@ -277,10 +281,21 @@ def whole_process(p: dict) -> list[str]:
                 for name, h in histories.items() if "median_floor_seconds" in h)
     rows.append((ratio_key.removeprefix("ratio_").replace("_to_", " / ").replace("_", " "), f"{p[ratio_key]:.2f}x",
                  target(f"{PROCESS_HISTORY_MAX_RATIO:g}x or less", p[ratio_key] <= PROCESS_HISTORY_MAX_RATIO)))
+    earlier = p.get("before", {}).get("one_hour_run_whole_process", {})
+    for name, h in histories.items():
+        if "median_history_step_seconds" in h:
+            then = earlier.get(name, {}).get("median_history_step_seconds")
+            rows.append((f"its `attributes_history` step, {name.replace('_', ' ')} of history",
+                         s(h["median_history_step_seconds"]) + (f" (before: {s(then)})" if then is not None else ""), "—"))
+        if name in earlier:
+            rows.append((f"the same run before ({p['before']['code']}), {name.replace('_', ' ')} of history",
+                         runs(earlier[name]["median_seconds"], earlier[name]["seconds"]), "—"))
+    shape = (f"{p['events_per_day']:,} events a day from {p['users']:,} users" if "users" in p
+             else f"{p['events_per_day']:,} events a day")
     lines = [
-        "## A run as a whole process",
+        f"## {SITE_TITLE if site else 'A run as a whole process'}",
         "",
-        (f"`incremental-assets run` over one new hour of loads ({p['events_per_day']:,} events a day), timed from outside: "
+        (f"`incremental-assets run` over one new hour of loads ({shape}), timed from outside: "
          "what a schedule tick or the daemon's run launcher pays, since each run is a fresh process. Its floor, timed "
          "right after it: a fresh Python process that starts the session the run's first Spark step starts, reads the "
          "same hour's source rows, appends them once to a Delta table with plain Spark and exits (no Dagster, no state). "
@@ -365,6 +380,7 @@ def maintenance(m: dict) -> list[str]:
 # there, else kept as results.md has them.
 PARTS = (
     ("A run as a whole process", PROCESS, whole_process),
+    (SITE_TITLE, PROCESS_SITE, whole_process),
     ("Local disk and an object store, side by side", OBJECT_STORE, object_store),
     ("Maintenance", MAINTENANCE, maintenance),
     ("Attributes history", HISTORY, attributes_history),

@@ -309,9 +309,9 @@ def whole_process(p: dict) -> list[str]:
     lines.extend(launched(p.get("one_hour_run_launched", {})))
     for name, h in histories.items():
         run = h["median_run"]
-        lines.extend([f"Where the median run's seconds go, {name.replace('_', ' ')} of history "
-                      f"({run['seconds']:.2f} s; Spark's jobs {run['spark_jobs_seconds']:.2f} s in {run['spark_jobs']}, "
-                      f"of which Delta's log and file listing {run['delta_log_jobs_seconds']:.2f} s):", "",
+        jobs = (f"; Spark's jobs {run['spark_jobs_seconds']:.2f} s in {run['spark_jobs']}, of which Delta's log and "
+                f"file listing {run['delta_log_jobs_seconds']:.2f} s" if "spark_jobs" in run else "; Spark's jobs not listed")
+        lines.extend([f"Where the median run's seconds go, {name.replace('_', ' ')} of history ({run['seconds']:.2f} s{jobs}):", "",
                       "| phase | seconds |", "|---|---|"])
         lines.extend(f"| {phase} | {seconds:.2f} |" for phase, seconds in run["phases"])
         steps = sorted(step_names(run["incremental_job steps"]).items(), key=lambda item: -item[1])[:TOP]

@@ -57,31 +57,22 @@ def without_conditional_writes(endpoint: str) -> Iterator[str]:
     store without conditional writes ignores them; yields its endpoint."""
     host, port = endpoint.removeprefix("http://").split(":")
 
-    class Forward(BaseHTTPRequestHandler):
+    class Forward(_Handler):
         protocol_version = "HTTP/1.1"
 
-        def forward(self) -> None:
+        def handle_any(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-none-match", "if-match")}
             upstream = http.client.HTTPConnection(host, int(port), timeout=30)
             upstream.request(self.command, self.path, body=body, headers=headers)
             reply = upstream.getresponse()
             data = reply.read()
-            self.send_response(reply.status)
-            for name, value in reply.getheaders():
-                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
-                    self.send_header(name, value)
+            kept = [(name, value) for name, value in reply.getheaders()
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length")]
             # a HEAD's length is the object's, not its (empty) body's
-            self.send_header("Content-Length", reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            length = reply.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+            self.reply(reply.status, [*kept, ("Content-Length", length)], data)
             upstream.close()
-
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
-
-        def log_message(self, *args) -> None:
-            pass
 
     with _serving(Forward) as proxy:
         yield proxy
@@ -94,22 +85,36 @@ def refusing_store(code: str, status: int = 403) -> Iterator[str]:
     document = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>refused by the stub'
                 f"</Message></Error>").encode()
 
-    class Refuse(BaseHTTPRequestHandler):
-        def refuse(self) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(document)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(document)
-
-        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = refuse
-
-        def log_message(self, *args) -> None:
-            pass
+    class Refuse(_Handler):
+        def handle_any(self) -> None:
+            self.reply(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(document)))], document)
 
     with _serving(Refuse) as endpoint:
         yield endpoint
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """A stub's handler: every method goes to `handle_any`, which answers with `reply`; no log lines."""
+
+    def handle_any(self) -> None:
+        raise NotImplementedError
+
+    def do_GET(self) -> None:
+        self.handle_any()
+
+    do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
+
+    def reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        """The status, the headers, and the body unless the request is a HEAD."""
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 @contextmanager

@@ -6,8 +6,7 @@ from (`BUILT_FROM`). The next run recomputes only the keys whose daily rows chan
 (added, removed or with another partial), from the first day one changed, and the keys whose "last
 N days" values age out on the days since; each from its stored values of the day before, so its
 cost follows the keys and days recomputed, not the history's length. It writes only the rows that
-differ. A run that changes nothing writes nothing,
-and a re-run after a crash finds its rows there. With no usable mark (a first run, a table emptied
+differ. A run that changes nothing writes nothing, and a re-run after a crash finds its rows there. With no usable mark (a first run, a table emptied
 by a refresh or a plan, a daily_aggregates version that can no longer be read) every key is
 recomputed from its first day.
 """
@@ -152,9 +151,9 @@ def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[t
     before, after = rows_as_of(daily_uri, was, None, on_days), rows_as_of(daily_uri, now, None, on_days)
     if before is None or after is None:
         return None
-    if before.schema.names != after.schema.names:  # a column added or dropped: every row differs
-        return sorted({(r["attribute_key"], r["event_date"]) for t in (before, after) for r in t.select(["attribute_key", "event_date"]).to_pylist()})
     old, new = ({(r["attribute_key"], r["event_date"]): r for r in t.to_pylist()} for t in (before, after))
+    if before.schema.names != after.schema.names:  # a column added or dropped: every row differs
+        return sorted(old.keys() | new.keys())
     return sorted(pair for pair in old.keys() | new.keys() if old.get(pair) != new.get(pair))
 
 

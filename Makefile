@@ -74,8 +74,14 @@ bench-history: setup
 soak: setup
 	HYPOTHESIS_PROFILE=soak $(BIN)/pytest -q -p no:cacheprovider -m "soak or property" -n 2 --dist loadfile
 
+# The webserver and the daemon (dagster dev) with the warm worker beside them, as a deployment runs
+# them (docs/deployment.md): the runs they launch start in its warm Spark session. The worker stops
+# with them. UI_PORT=3001 serves elsewhere.
+UI_PORT ?= 3000
 ui: setup
-	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+	$(BIN)/incremental-assets serve & worker=$$!; \
+	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT; \
+	$(BIN)/dagster dev -h 127.0.0.1 -p $(UI_PORT) -w workspace.yaml
 
 clean:
 	rm -rf warehouse .dagster_home

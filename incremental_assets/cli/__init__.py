@@ -273,7 +273,7 @@ def _preview(args) -> None:
 
 
 def _setup(args) -> None:
-    from incremental_assets.cli.runner import record_class_archive
+    from incremental_assets.cli.runner import instance_or_default, record_class_archive
     from incremental_assets.lib.spark import driver_jars
 
     started = time.perf_counter()
@@ -285,6 +285,7 @@ def _setup(args) -> None:
     archive = record_class_archive()
     if archive is not None:
         print(f"Driver class archive ready ({archive.stat().st_size // 2**20} MB, {time.perf_counter() - started:.1f}s): {archive}")
+    instance_or_default(None)  # its tables made now, before `make ui` starts three processes that open it
     print(f"Dagster instance: {environment.instance_config(home)}")
     _instance_advice(home)
 

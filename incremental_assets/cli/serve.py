@@ -92,6 +92,7 @@ class Worker:
         self.stopping = False
         self.secret = secrets.token_hex(16)  # in worker.json, which only its owner can read: the launcher sends it
         self.executing: str | None = None  # the run in the main thread, the only one an interrupt may reach
+        self.interrupted: str | None = None  # the run an interrupt was sent to (a Terminate)
         self.executing_lock = threading.Lock()
         self.server = _Server((host, port), _Requests)
         self.server.worker = self
@@ -242,8 +243,13 @@ class Worker:
             stop_watching.set()
             watcher.join()
         status = self.instance.get_run_by_id(run_id).status
-        if status == DagsterRunStatus.CANCELED:
+        if self.interrupted == run_id:  # Dagster took the interrupt as the run's end; a refused run was sent none
             self.stale.set()
+            # Said in the run's log wherever the interrupt landed: a warm step may have ended before
+            # it, and between steps no step fails to say so.
+            self.instance.report_engine_event(
+                f"terminated: run {run_id} was canceled, and the warm worker interrupted it; the worker restarts "
+                "with a new Spark session", run)
         if not self.stale.is_set():
             self._forget_the_run()
         # Last: once this line is out, the worker takes the next run (the run's own status came first).
@@ -258,6 +264,7 @@ class Worker:
             if run is not None and run.status in (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED):
                 with self.executing_lock:
                     if self.executing == run_id:
+                        self.interrupted = run_id
                         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                 return
 

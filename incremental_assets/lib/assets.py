@@ -10,8 +10,8 @@ import inspect
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from dagster import AssetExecutionContext, asset, multi_asset
-from dagster._core.errors import DagsterInvariantViolationError
+from dagster import asset, asset_check, multi_asset
+from dagster._core.execution.context.compute import current_execution_context
 
 from incremental_assets.lib.catalog import WAREHOUSE_POOL
 from incremental_assets.lib.errors import INTERRUPTED, terminated
@@ -31,6 +31,11 @@ def spark_delta_asset(**kwargs):
 def spark_delta_multi_asset(**kwargs):
     """@multi_asset whose outputs are Delta tables of the warehouse (each out says its kinds)."""
     return lambda compute: multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)(terminated_as_such(compute))
+
+
+def warehouse_check(**kwargs):
+    """@asset_check on a table of the warehouse: a check step can be the one a Terminate lands in."""
+    return lambda compute: asset_check(**kwargs)(terminated_as_such(compute))
 
 
 def terminated_as_such(compute: Callable) -> Callable:
@@ -62,9 +67,6 @@ def _terminate_named() -> Iterator[None]:
         raise told from None
 
 
-def _current_context() -> AssetExecutionContext | None:
-    """The step's context; None for an asset called directly (a test) outside a run."""
-    try:
-        return AssetExecutionContext.get()
-    except DagsterInvariantViolationError:
-        return None
+def _current_context():
+    """The step's context (an asset's or a check's); None for one called directly (a test) outside a run."""
+    return current_execution_context.get()

@@ -3,11 +3,12 @@ canceling fails with "terminated: ...", not with whatever the Spark call under w
 pyspark's SIGINT handler cancelled the JVM's jobs, in the step's code or in its write; the same
 error in a run nobody canceled is told as it is. (The interrupt itself, in a real worker: tests/system/test_warm_worker.py.)"""
 
+import dagster as dg
 import pytest
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.execution.plan.objects import ErrorSource
 
-from incremental_assets.lib.assets import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.delta.io_manager import DeltaIOManager
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.spark import SparkResource
@@ -71,6 +72,34 @@ def test_an_interrupt_in_a_canceled_run_says_terminated_and_stays_an_interrupt(w
     [failure] = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_FAILURE)
     assert failure.dagster_event.step_failure_data.error_source == ErrorSource.INTERRUPT
     assert _step_error(instance, result.run_id) == f"probe: terminated: run {result.run_id} was canceled while probe ran"
+
+
+def test_an_interrupt_in_a_check_of_a_canceled_run_says_terminated(warehouse):
+    """A warm run's step can end before the Terminate lands: the check step after it says so too."""
+    @spark_delta_asset(name="probe")
+    def probe():
+        return None
+
+    @warehouse_check(asset="probe")
+    def probe_holds(context):
+        context.instance.report_run_canceling(context.run)
+        raise KeyboardInterrupt
+
+    instance = DagsterInstance.ephemeral()
+    result = materialize([probe, probe_holds], resources={"state": StateStore(), "io_manager": _NoStore()},
+                         instance=instance, raise_on_error=False)
+    assert instance.get_run_by_id(result.run_id).status == DagsterRunStatus.CANCELED
+    [failure] = instance.all_logs(result.run_id, of_type=DagsterEventType.STEP_FAILURE)
+    assert str(failure.dagster_event.step_failure_data.error.message).startswith(
+        f"dagster._core.errors.DagsterExecutionInterruptedError: terminated: run {result.run_id} was canceled while probe_probe_holds ran")
+
+
+class _NoStore(dg.IOManager):
+    def handle_output(self, context, obj):
+        pass
+
+    def load_input(self, context):
+        return None
 
 
 class _Stalled:

@@ -171,7 +171,40 @@ def test_only_a_terminate_interrupts_the_run_in_progress_and_only_while_it_runs(
 
     assert watch("failed", DagsterRunStatus.FAILURE, executing="failed") == []
     assert watch("terminated", DagsterRunStatus.CANCELING, executing="terminated") == [signal.SIGINT]
+    assert worker.interrupted == "terminated"  # the run that restarts the worker once it ends
     assert watch("ended", DagsterRunStatus.CANCELING, executing=None) == []  # the run is over: the worker is not
+
+
+def test_a_run_that_ends_canceled_uninterrupted_leaves_the_worker_serving(worker, monkeypatch):
+    """A run refused before it writes (one asset of the incremental run alone) ends Canceled with
+    no interrupt sent: the worker keeps its session. A Terminate's interrupt restarts it."""
+    import dagster._grpc.impl as grpc_impl
+    import dagster._utils.hosted_user_process as hosted
+    from dagster._core.code_pointer import ModuleCodePointer
+    from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+
+    origin = JobPythonOrigin("incremental_job", RepositoryPythonOrigin(sys.executable, ModuleCodePointer("x", "defs", None)))
+    monkeypatch.setattr(hosted, "recon_job_from_origin", lambda origin: None)
+    monkeypatch.setattr(worker, "_forget_the_run", lambda: None)  # no Spark session here
+
+    def ends_canceled(job, run, instance, inject_env_vars):
+        instance.report_run_canceled(run)
+        yield from ()
+
+    monkeypatch.setattr(grpc_impl, "core_execute_run", ends_canceled)
+    for run_id in ("refused", "terminated"):
+        worker.instance.add_run(DagsterRun(job_name="incremental_job", run_id=run_id, status=DagsterRunStatus.STARTING,
+                                           job_code_origin=origin))
+    worker.execute("refused")
+    assert worker.instance.get_run_by_id("refused").status == DagsterRunStatus.CANCELED
+    assert not worker.stale.is_set()
+    worker.interrupted = "terminated"  # as the watcher marks the run it sends SIGINT to
+    worker.execute("terminated")
+    assert worker.stale.is_set()
+    told = [entry.message for entry in worker.instance.all_logs("terminated") if entry.message.startswith("terminated: ")]
+    assert told == ["terminated: run terminated was canceled, and the warm worker interrupted it; the worker restarts "
+                    "with a new Spark session"]
+    assert not [entry for entry in worker.instance.all_logs("refused") if entry.message.startswith("terminated: ")]
 
 
 def a_run(tags: dict[str, str]) -> DagsterRun:

@@ -94,6 +94,10 @@ def test_an_operators_own_dagster_yaml_is_left_as_it_was_by_every_command(tmp_pa
     env = {"DAGSTER_HOME": str(home)}
     setup = cli("setup", env=env)
     assert setup.returncode == 0 and f"{home / 'dagster.yaml'} (its own, left as it is; storage: sqlite)" in setup.stdout
+    # Its tables made: the webserver, the daemon and the worker that `make ui` starts together would
+    # each try to make them, and one failed ("alembic_version has more than one head").
+    for database in ("history/runs.db", "history/runs/index.db", "schedules/schedules.db"):
+        assert (home / database).exists(), database
     for command in (["plan"], ["apply"], ["preview"], ["run"], ["backfill", "--start", "2024-01-01", "--end", "2024-01-01"],
                     ["show", "incremental_manifest"], ["resolve", "no-such-run"]):
         cli(*command, env=env)  # most fail fast here (no source, no tables, no JVM): what matters is the file

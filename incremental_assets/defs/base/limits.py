@@ -14,7 +14,6 @@ from dagster import (
     Failure,
     MetadataValue,
     Output,
-    asset_check,
 )
 from pydantic import Field
 from pyspark.errors import AnalysisException, ParseException
@@ -25,7 +24,7 @@ from incremental_assets.lib.delta.log import Snapshot, read_rows, snapshot, stor
 from incremental_assets.lib.delta.spec import delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.errors import refuse_run
-from incremental_assets.lib.assets import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.limits import RunLimits, keyhole_limits, next_standard_lower, run_limits
 from incremental_assets.lib.incremental.run_plan import (
     Quiet,
@@ -167,7 +166,7 @@ def new_event_limits(
     )
 
 
-@asset_check(
+@warehouse_check(
     asset=NEW_EVENT_LIMITS,
     description="Warns about source rows behind the incremental cursor (an archive, a restored backup, another "
     "loader's old rows) that no keyhole run has processed since they arrived: each run counts the rows that "

@@ -12,7 +12,6 @@ from dagster import (
     AssetOut,
     Definitions,
     Output,
-    asset_check,
 )
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
@@ -23,7 +22,7 @@ from incremental_assets.lib.delta.log import stored_table, table_exists
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
-from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset
+from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset, warehouse_check
 from incremental_assets.lib.incremental.batch import NOTHING_FOUND, Found, RunBatch, WindowRows
 from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.settings import IncrementalSettings
@@ -128,7 +127,7 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     changes.unpersist()
 
 
-@asset_check(
+@warehouse_check(
     asset=LIFECYCLE,
     blocking=True,
     description="Each session stored once, with start <= end <= start + max_session_days; reads the rows "

@@ -15,7 +15,6 @@ from dagster import (
     Definitions,
     MetadataValue,
     Output,
-    asset_check,
 )
 from pyspark.sql import functions as F
 
@@ -25,7 +24,7 @@ from incremental_assets.lib.delta.read import count_by, read_table
 from incremental_assets.lib.delta.log import row_count
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
-from incremental_assets.lib.assets import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
@@ -124,7 +123,7 @@ def attributes(
                 rows_at_most=partial_rows)
 
 
-@asset_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")
+@warehouse_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")
 def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkResource) -> AssetCheckResult:
     write = latest_write(context, "attributes")
     if write is None:

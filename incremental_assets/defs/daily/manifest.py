@@ -10,13 +10,12 @@ from dagster import (
     Definitions,
     MaterializeResult,
     MetadataValue,
-    asset_check,
 )
 
 from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import inserted_rows
-from incremental_assets.lib.assets import spark_delta_asset
+from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.days import days_to_process, stranded, stranded_note
 from incremental_assets.lib.incremental.run_plan import RunPlan
 from incremental_assets.lib.metadata import markdown_table
@@ -85,7 +84,7 @@ def daily_aggregation_manifest(
     )
 
 
-@asset_check(
+@warehouse_check(
     asset=DAILY_MANIFEST,
     description="Warns about late events beyond reprocess_days: they are counted but will only be applied "
     "by a partition backfill of their days (incremental-assets backfill, or the UI).",

@@ -9,11 +9,11 @@ from dagster import (
     Definitions,
     MetadataValue,
     Output,
-    asset_check,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from incremental_assets.lib.assets import warehouse_check
 from incremental_assets.lib.catalog import FILTERED_EVENTS, INCREMENTAL_MANIFEST, LIFECYCLE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import partitions_added, stored_max
@@ -78,7 +78,7 @@ def filtered_events(events: DataFrame, limits: RunLimits, settings: IncrementalS
     return Output(Rows(rows, merge_floor=floor, rows_at_most=counts["offered"]), metadata=metadata)
 
 
-@asset_check(
+@warehouse_check(
     asset=FILTERED_EVENTS,
     blocking=True,
     description="No event stored twice: every event_id in the days the latest write inserted into is held by "
@@ -97,7 +97,7 @@ def event_id_unique(context: AssetCheckExecutionContext, spark: SparkResource) -
     return from_offending_rows(V.duplicated_event_ids(ids), "event_ids stored more than once", scope)
 
 
-@asset_check(
+@warehouse_check(
     asset=FILTERED_EVENTS,
     blocking=True,
     description="No event beyond its session's cap: each event the latest write inserted lies within "
@@ -117,7 +117,7 @@ def events_within_session_cap(
     return from_offending_rows(beyond, "events outside their session's span", f"rows inserted by version {write['delta_version']}")
 
 
-@asset_check(
+@warehouse_check(
     asset=FILTERED_EVENTS,
     description="The incremental manifest claims no more than the tables hold: each asset's last_success is at "
     "most the greatest cursor value stored (the latest session end in the lifecycle manifest, which every "

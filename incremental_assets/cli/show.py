@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from incremental_assets.defs.daily.history import BuiltFrom
+from incremental_assets.defs.daily.changed_keys import BuiltFrom
+from incremental_assets.defs.daily.history import BUILT_FROM
 from incremental_assets.lib.delta.log import reading, rows_with, stored_table
 
 
@@ -44,7 +45,7 @@ def print_attributes_as_of(uri: str, key: str, day: date) -> bool:
         raise FileNotFoundError(f"No attributes history at {uri}: run the daily job first (incremental-assets run)")
     rows = rows_with(uri, "attribute_key", key)
     valid = [r for r in rows if r["valid_from"] <= day and (r["valid_to"] is None or day < r["valid_to"])]
-    built = BuiltFrom.stored(uri)
+    built = BuiltFrom.stored(uri, BUILT_FROM)
     if built is not None and day > built.through:
         print(f"(the history runs through {built.through}: later days show the values known then)")
     if not valid:

@@ -102,9 +102,11 @@ TABLES = (
     Table(SESSIONS, INCREMENTAL_GROUP, IO_MANAGER, ("session_identifier",), rules=SOURCE_RULES),
     Table(DAILY_MANIFEST, DAILY_GROUP, STATE_STORE, ("event_date",), rules=EVENT_RULES),
     Table(DAILY_AGGREGATES, DAILY_GROUP, IO_MANAGER, ("attribute_key", "event_date"), rules=DAILY_RULES, attributes=True),
-    Table(ATTRIBUTES, DAILY_GROUP, IO_MANAGER, ("attribute_key",), rules=DAILY_RULES, attributes=True),
+    # Kept by the keys that changed, these two are rebuilt whole on a change of their columns: from
+    # daily_aggregates alone, no source data read or dropped.
+    Table(ATTRIBUTES, DAILY_GROUP, IO_MANAGER, ("attribute_key",), rules=DAILY_RULES, attributes=True, rebuilt_whole=True),
     Table(ATTRIBUTES_HISTORY, DAILY_GROUP, IO_MANAGER, ("attribute_key", "valid_from"), rules=DAILY_RULES, attributes=True,
-          rebuilt_whole=True),  # from daily_aggregates alone: no source data read or dropped
+          rebuilt_whole=True),
     Table(INCREMENTAL_MANIFEST, None, STATE_STORE, ("model",)),
     Table(RUN_LOG, None, STATE_STORE, refreshed=False),  # kept: the history of every run
     Table(FINGERPRINTS, None, STATE_STORE, ("table",)),

@@ -1,12 +1,14 @@
-"""attributes_history at a real site's shape (3,000 users, a few events each on the days they come
-back), kept over 30 days by runs days apart, with late loads and "last 7 days" values aging out,
-held against the pandas oracle of test_attributes_history (computed from filtered_events alone) on
-every day. The runs recompute only the keys whose daily rows changed, each from the values stored
-for the day before: this is where a key left out, or a value carried wrong, would show."""
+"""attributes_history and attributes at a real site's shape (3,000 users, a few events each on the
+days they come back), kept over 30 days by runs days apart, with late loads and "last 7 days"
+values aging out, held against the pandas oracle of test_attributes_history (computed from
+filtered_events alone): the history on every day, attributes after every run. The runs recompute
+only the keys whose daily rows changed (the history each from the values stored for the day
+before): this is where a key left out, or a value carried wrong, would show."""
 
 from datetime import date, timedelta
 
 from dagster import DagsterInstance
+from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import run_days, run_incremental
 from incremental_assets.lib.sample.generator import SampleParams
@@ -35,10 +37,12 @@ def test_the_history_kept_by_runs_days_apart_holds_every_keys_values_on_every_da
                 append_hours(spark, str(source), (loaded - before) * 24)
             end = PARAMS.start_date + timedelta(days=loaded)
             assert run_incremental(settings(end - timedelta(days=1)), now=f"{end}T00:30:00", instance=instance).success
+            assert_attributes_hold(warehouse, end - timedelta(days=1))
         # Nothing new: the daily job of the last day again, with the reference day a week on, when
         # the 7-day values have aged out.
         last_loaded = PARAMS.start_date + timedelta(days=LOADED[-1] - 1)
         assert run_days(settings(LAST), last_loaded, last_loaded, instance).success
+        assert_attributes_hold(warehouse, LAST)
 
     rows, filtered = history_rows(warehouse), events(warehouse)
     assert len({row["attribute_key"] for row in rows}) > 2500, "a site's shape: thousands of keys"
@@ -48,3 +52,12 @@ def test_the_history_kept_by_runs_days_apart_holds_every_keys_values_on_every_da
         wrong = sorted(key for key in held.keys() | expected.keys() if held.get(key) != expected.get(key))
         assert not wrong, f"as of {day}: {len(wrong)} keys differ, e.g. {wrong[0]}: {held.get(wrong[0])} != {expected.get(wrong[0])}"
         day += timedelta(days=1)
+
+
+def assert_attributes_hold(warehouse, reference_day: date) -> None:
+    """attributes (one row per key, as of the reference day) equals the oracle on that day."""
+    rows = DeltaTable(f"{warehouse}/attributes").to_pyarrow_table().to_pylist()
+    held = valid_on([{**row, "valid_from": date.min, "valid_to": None} for row in rows], reference_day)
+    expected = oracle(events(warehouse), reference_day)
+    wrong = sorted(key for key in held.keys() | expected.keys() if held.get(key) != expected.get(key))
+    assert not wrong, f"attributes as of {reference_day}: {len(wrong)} keys differ, e.g. {wrong[0]}: {held.get(wrong[0])} != {expected.get(wrong[0])}"

@@ -101,8 +101,9 @@ def test_daily_aggregates_and_attributes_match_a_direct_computation(spark, wareh
     expected = expected_attributes(events)
     assert rows(attributes.select(*expected.columns), ["k"]) == rows(expected, ["k"])
     assert {d.status for d in StateStore().days().values()} == {PROCESSED}
-    for name in ("daily_aggregates", "attributes"):  # bounded by the rows they come from: few, written by deltalake
-        latest = next(c for c in DeltaTable(f"{warehouse}/{name}").history() if c["operation"] == "WRITE")
+    # Bounded by the rows they come from (attributes: the keys recomputed): few, written by deltalake.
+    for name, operation in (("daily_aggregates", "WRITE"), ("attributes", "MERGE")):
+        latest = next(c for c in DeltaTable(f"{warehouse}/{name}").history() if c["operation"] == operation)
         assert latest["engineInfo"].startswith("delta-rs"), (name, latest)
 
 

@@ -10,6 +10,7 @@ from pyspark.sql import Observation, Row
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.attributes import parse_attributes
+from incremental_assets.lib.delta.spec import DELETED
 from incremental_assets.lib.incremental.batch import Found, RunBatch
 from incremental_assets.lib.incremental.days import DayArrivals
 from incremental_assets.lib.incremental.limits import RunLimits, RunState
@@ -20,6 +21,7 @@ from incremental_assets.lib.transforms import sessions as T
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms.daily import (
     as_of_day_before,
+    attribute_changes,
     attributes_from_daily,
     daily_partials,
     day_arrivals,
@@ -509,6 +511,21 @@ def test_attributes_count_no_event_after_their_reference_day(daily):
     # Reference day 01-01: U1's page views of 01-03 are not counted yet, nor is /c its last page.
     rows = attributes_from_daily(daily, SPECS, date(2021, 1, 1)).collect()
     assert {r.attribute_key: tuple(r)[1:] for r in rows} == {"U1": (2, 2, "/b", 2), "U2": (1, 1, "/x", 1)}
+
+
+def test_attribute_changes_write_the_recomputed_keys_that_differ_and_delete_the_keys_gone(spark, daily):
+    # Stored as of 01-03: U1 (4, 2, /c, 2) is right; U2 holds a stale (9, 9, /old, 9); U3 is no longer
+    # in daily (its events erased). Recomputing U1, U2 and U3 writes U2's (1, 0, /x, 1), deletes U3
+    # and leaves U1 alone; U4, stale too but not recomputed, is left as it is.
+    stored = spark.createDataFrame(
+        [("U1", 4, 2, "/c", 2), ("U2", 9, 9, "/old", 9), ("U3", 1, 1, "/z", 1), ("U4", 7, 7, "/w", 7)],
+        "attribute_key string, page_views long, page_views_2d long, last_page string, apps int")
+    keys = spark.createDataFrame([("U1",), ("U2",), ("U3",)], "attribute_key string")
+    changes = attribute_changes(daily, stored, keys, SPECS, date(2021, 1, 3)).collect()
+    assert {(r.attribute_key, r[DELETED]): tuple(r)[1:5] for r in changes} == {
+        ("U2", False): (1, 0, "/x", 1), ("U3", True): (1, 1, "/z", 1)}
+    first = attribute_changes(daily, None, keys, SPECS, date(2021, 1, 3)).collect()  # nothing stored: every key's row
+    assert {r.attribute_key: tuple(r)[1:5] for r in first if not r[DELETED]} == {"U1": (4, 2, "/c", 2), "U2": (1, 0, "/x", 1)}
 
 
 # attributes_history: values (page_views, page_views_2d, last_page, apps) as of the end of each day

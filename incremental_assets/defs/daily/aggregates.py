@@ -18,10 +18,11 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.catalog import DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
+from incremental_assets.defs.daily.changed_keys import BuiltFrom, keys_to_recompute
+from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.read import count_by, read_table
-from incremental_assets.lib.delta.log import row_count
+from incremental_assets.lib.delta.log import row_count, stored_table
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
@@ -31,10 +32,11 @@ from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms import violations as V
-from incremental_assets.lib.transforms.daily import attributes_from_daily, daily_partials
+from incremental_assets.lib.transforms.daily import attribute_changes, daily_partials
 from incremental_assets.lib.utc import utcnow
 
 RECONCILES = "reconciles_with_filtered_events"
+ATTRIBUTES_BUILT_FROM = "attributes_built_from"  # the mark in each write's commit (changed_keys.BuiltFrom)
 
 
 def build_daily_assets(start_date: date):
@@ -108,22 +110,42 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 @spark_delta_asset(
     ins={"daily": AssetIn(DAILY_AGGREGATES)},
     group_name=DAILY_GROUP,
-    metadata=delta_table("replace"),
-    description="One row per attribute_key: every declared attribute (lifetime or last N days), dropped and "
-    "recomputed from daily_aggregates after every change to it.",
+    metadata=delta_table("apply_changes", keys=["attribute_key"], stats_columns=["attribute_key"]),
+    description="One row per attribute_key: every declared attribute (lifetime or last N days) as of the reference "
+    "day. Kept from daily_aggregates: a run recomputes the keys whose daily rows changed since its last write, and "
+    "those whose last-N-days values age out, each from all its partials, and writes the rows that differ.",
 )
 def attributes(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
-) -> Rows:
+):
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
-    partial_rows = row_count(table_uri(DAILY_AGGREGATES))  # from the log, before any read
-    spark.session_for(partial_rows)  # a run of attributes alone starts its driver for them
-    # a row per key: at most one per stored partial
-    return Rows(attributes_from_daily(daily.frame, settings.attribute_specs(), settings.reference_day()),
-                rows_at_most=partial_rows)
+    uri, daily_uri = table_uri(ATTRIBUTES), table_uri(DAILY_AGGREGATES)
+    specs, through = settings.attribute_specs(), settings.reference_day()
+    source = stored_table(daily_uri)
+    now = BuiltFrom(source.metadata().id, source.version(), through)
+    session = spark.session_for(source.count())  # a run of attributes alone starts its driver for them
+    stored = read_table(session, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
+    before = BuiltFrom.stored(uri, ATTRIBUTES_BUILT_FROM) if stored is not None else None
+    stored_keys = None if stored is None else stored.select("attribute_key", F.lit(through).alias("day"))
+    keys = keys_to_recompute(daily.frame, daily_uri, stored_keys, before, now, specs)
+    if keys is None:
+        yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {before.version}"})
+        return
+    keys = keys.select("attribute_key").cache()
+    count_keys = keys.count()
+    changes = attribute_changes(daily.frame, stored, keys, specs, through).cache()
+    count = changes.count()
+    scope = "every key" if before is None else f"the keys daily_aggregates changed since version {before.version}"
+    context.log.info(f"attributes: {scope} ({count_keys} keys), as of {through}: {count} rows to write")
+    yield Output(
+        Rows(changes if count else None, rows_at_most=count, marker=now.as_marker(ATTRIBUTES_BUILT_FROM)),
+        metadata={"recomputed": scope, "keys_recomputed": count_keys, "reference_day": through.isoformat()},
+    )
+    changes.unpersist()
+    keys.unpersist()
 
 
-@warehouse_check(asset="attributes", description="One row per attribute_key (the table is rebuilt whole on each write).")
+@warehouse_check(asset="attributes", description="One row per attribute_key, in the whole table.")
 def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkResource) -> AssetCheckResult:
     write = latest_write(context, "attributes")
     if write is None:

@@ -104,6 +104,22 @@ def attributes_from_daily(daily: DataFrame, specs: list[AttributeSpec], referenc
     return _as_of(daily, specs, ["attribute_key"], F.lit(reference_day))
 
 
+def attribute_changes(
+    daily: DataFrame, stored: DataFrame | None, keys: DataFrame, specs: list[AttributeSpec], reference_day: date,
+) -> DataFrame:
+    """The rows that bring `stored` (attributes; None: none yet) up to date as of `reference_day`
+    when the attributes of `keys` (attribute_key) are recomputed, each from all its partials: rows
+    to write (`DELETED` false) and stored rows to delete (true: a key with no partial left by then),
+    on attribute_key. An unchanged key yields no row."""
+    fresh = attributes_from_daily(daily.join(F.broadcast(keys.select("attribute_key")), "attribute_key"), specs, reference_day)
+    if stored is None:
+        return fresh.withColumn(DELETED, F.lit(False))
+    kept = stored.join(F.broadcast(keys.select("attribute_key")), "attribute_key").select(*fresh.columns)
+    written = fresh.exceptAll(kept).withColumn(DELETED, F.lit(False))
+    gone = kept.join(fresh, "attribute_key", "left_anti").withColumn(DELETED, F.lit(True))
+    return written.unionByName(gone)
+
+
 def attributes_by_day(daily: DataFrame, specs: list[AttributeSpec], days: DataFrame) -> DataFrame:
     """Each key's attributes as of the end of each day of `days` (attribute_key, as_of): the same
     combination as `attributes_from_daily`, with each row's own reference day."""

@@ -18,11 +18,10 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import BuiltFrom, keys_to_recompute
+from incremental_assets.defs.daily.changed_keys import since_last_write
 from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.read import count_by, read_table
-from incremental_assets.lib.delta.log import row_count, stored_table
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
@@ -119,26 +118,20 @@ def attributes(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ):
     start_writing(context, settings, state)  # a run of attributes alone (attributes_after_daily_aggregates)
-    uri, daily_uri = table_uri(ATTRIBUTES), table_uri(DAILY_AGGREGATES)
     specs, through = settings.attribute_specs(), settings.reference_day()
-    source = stored_table(daily_uri)
-    now = BuiltFrom(source.metadata().id, source.version(), through)
-    session = spark.session_for(source.count())  # a run of attributes alone starts its driver for them
-    stored = read_table(session, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
-    before = BuiltFrom.stored(uri, ATTRIBUTES_BUILT_FROM) if stored is not None else None
-    stored_keys = None if stored is None else stored.select("attribute_key", F.lit(through).alias("day"))
-    keys = keys_to_recompute(daily.frame, daily_uri, stored_keys, before, now, specs)
-    if keys is None:
-        yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {before.version}"})
+    found = since_last_write(spark.session_for, daily, table_uri(ATTRIBUTES), table_uri(DAILY_AGGREGATES),
+                             ATTRIBUTES_BUILT_FROM, specs, through, lambda stored: F.lit(through))
+    if found.keys is None:
+        yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {found.before.version}"})
         return
-    keys = keys.select("attribute_key").cache()
+    keys = found.keys.select("attribute_key").cache()
     count_keys = keys.count()
-    changes = attribute_changes(daily.frame, stored, keys, specs, through).cache()
+    changes = attribute_changes(daily.frame, found.stored, keys, specs, through).cache()
     count = changes.count()
-    scope = "every key" if before is None else f"the keys daily_aggregates changed since version {before.version}"
+    scope = "every key" if found.before is None else f"the keys daily_aggregates changed since version {found.before.version}"
     context.log.info(f"attributes: {scope} ({count_keys} keys), as of {through}: {count} rows to write")
     yield Output(
-        Rows(changes if count else None, rows_at_most=count, marker=now.as_marker(ATTRIBUTES_BUILT_FROM)),
+        Rows(changes if count else None, rows_at_most=count, marker=found.now.as_marker(ATTRIBUTES_BUILT_FROM)),
         metadata={"recomputed": scope, "keys_recomputed": count_keys, "reference_day": through.isoformat()},
     )
     changes.unpersist()

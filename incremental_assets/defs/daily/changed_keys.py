@@ -14,12 +14,15 @@ recomputed.
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import reduce
+from typing import Callable
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.attributes import AttributeSpec
-from incremental_assets.lib.delta.log import latest_marker, partitions_changed, rows_as_of
+from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
+from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.spec import Stored
 
 MARK_WITHIN = 100  # commits looked back for a mark (maintenance adds a few a day); beyond: rebuilt whole
 
@@ -41,6 +44,35 @@ class BuiltFrom:
         """The mark of the stored table's latest write; None when none says."""
         raw = latest_marker(uri, mark, within=MARK_WITHIN)
         return None if raw is None else cls(raw["table_id"], raw["version"], date.fromisoformat(raw["through"]))
+
+
+@dataclass(frozen=True)
+class SinceLastWrite:
+    """A table kept from daily_aggregates, as a run finds it: its rows (None: none, or emptied),
+    what they were computed from (None: no usable mark) and from now on, and the keys to recompute
+    (attribute_key, from_day; None: none)."""
+
+    stored: DataFrame | None
+    before: BuiltFrom | None
+    now: BuiltFrom
+    keys: DataFrame | None
+
+
+def since_last_write(
+    session_for: Callable[[int], SparkSession], daily: Stored, uri: str, daily_uri: str, mark: str,
+    specs: list[AttributeSpec], through: date, first_day: Callable[[DataFrame], Column],
+) -> SinceLastWrite:
+    """What a run of the table at `uri` (its mark `mark`) recomputes to bring it to `through`.
+    `session_for`: the session sized for daily_aggregates' rows, asked before `daily` is read (a
+    run of the table alone starts its driver for them); `first_day`: the first day a stored row of
+    a key holds."""
+    source = stored_table(daily_uri)
+    now = BuiltFrom(source.metadata().id, source.version(), through)
+    session = session_for(source.count())
+    stored = read_table(session, uri) if row_count(uri) else None
+    before = BuiltFrom.stored(uri, mark) if stored is not None else None
+    stored_keys = None if stored is None else stored.select("attribute_key", first_day(stored).alias("day"))
+    return SinceLastWrite(stored, before, now, keys_to_recompute(daily.frame, daily_uri, stored_keys, before, now, specs))
 
 
 def keys_to_recompute(

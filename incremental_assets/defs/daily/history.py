@@ -11,11 +11,10 @@ there. With no usable mark every key is recomputed from its first day.
 from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, AssetIn, Output
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import BuiltFrom, keys_to_recompute
+from incremental_assets.defs.daily.changed_keys import since_last_write
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
-from incremental_assets.lib.delta.log import row_count, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
@@ -51,17 +50,12 @@ TILED = "intervals_tile_each_key"
 def attributes_history(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
 ):
-    uri, daily_uri = table_uri(ATTRIBUTES_HISTORY), table_uri(DAILY_AGGREGATES)
+    uri = table_uri(ATTRIBUTES_HISTORY)
     start_writing(context, settings, state)  # a run of the history alone (attributes_after_daily_aggregates)
     specs, through = settings.attribute_specs(), settings.reference_day()
-    source = stored_table(daily_uri)
-    now = BuiltFrom(source.metadata().id, source.version(), through)
-    session = spark.session_for(source.count())  # the partials it may read, from the log just opened
-    partials = daily.frame
-    stored = read_table(session, uri) if row_count(uri) else None  # none, or emptied: rebuilt whole
-    before = BuiltFrom.stored(uri, BUILT_FROM) if stored is not None else None
-    stored_keys = None if stored is None else stored.select("attribute_key", F.col(VALID_FROM).alias("day"))
-    first_days = keys_to_recompute(partials, daily_uri, stored_keys, before, now, specs)
+    found = since_last_write(spark.session_for, daily, uri, table_uri(DAILY_AGGREGATES), BUILT_FROM, specs, through,
+                             lambda stored: stored[VALID_FROM])
+    stored, before, now, first_days, partials = found.stored, found.before, found.now, found.keys, daily.frame
     if first_days is None:
         yield Output(Rows(None), metadata={"recomputed": f"nothing: daily_aggregates unchanged since version {before.version}"})
         yield AssetCheckResult(check_name=TILED, passed=True, metadata={"checked": "nothing: no key recomputed"})
@@ -78,7 +72,7 @@ def attributes_history(
     )
     changes.unpersist()
     if count:
-        written = read_table(session, uri).join(first_days.select("attribute_key"), "attribute_key")
+        written = read_table(partials.sparkSession, uri).join(first_days.select("attribute_key"), "attribute_key")
         yield from_offending_rows(
             V.interval_violations(written, [spec.name for spec in specs]), "intervals that do not tile their key's days",
             f"the {keys} keys recomputed", check_name=TILED,

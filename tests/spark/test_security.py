@@ -82,6 +82,8 @@ def test_injection_shaped_column_names_are_refused_before_a_run():
 
 
 def test_the_ui_listens_on_the_loopback_interface_only():
-    makefile = (PACKAGE.parent / "Makefile").read_text()
-    [command] = [line for line in makefile.splitlines() if "dagster dev" in line]
+    recipes = [line for line in (PACKAGE.parent / "Makefile").read_text().splitlines() if line.startswith("\t")]
+    [command] = [line for line in recipes if "dagster dev" in line]
     assert "-h 127.0.0.1" in command
+    [worker] = [line for line in recipes if "incremental-assets serve" in line]  # make ui's warm worker
+    assert "--host" not in worker  # its default: 127.0.0.1

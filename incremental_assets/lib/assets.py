@@ -60,13 +60,8 @@ def _terminate_named() -> Iterator[None]:
     try:
         yield
     except INTERRUPTED as error:
-        context = _current_context()
+        context = current_execution_context.get()  # an asset's or a check's; None outside a run (a direct call)
         told = terminated(error, context.instance, run_of(context), context.op_execution_context.op.name) if context else None
         if told is None:
             raise
         raise told from None
-
-
-def _current_context():
-    """The step's context (an asset's or a check's); None for one called directly (a test) outside a run."""
-    return current_execution_context.get()

@@ -159,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
     _settings_arguments(refresh)
     refresh.set_defaults(command=_refresh)
 
+    forget = commands.add_parser("forget", help="erase one person's rows from every table, with an audit record (docs/operations.md)")
+    forget.add_argument("--key", action="append", default=[], help="an identifier to erase (repeat for several)")
+    forget.add_argument("--file", help="a file of identifiers, one per line")
+    forget.add_argument("--by", default="attribute_key", choices=["attribute_key", "user_identifier", "domain_userid", "user_id"],
+                        help="the column the identifiers are values of (default: the attribute key)")
+    _settings_arguments(forget)
+    forget.set_defaults(command=_forget)
     resolve = commands.add_parser("resolve", help="mark a failed run's run_log records Resolved (no JVM)")
     resolve.add_argument("run_id")
     resolve.set_defaults(command=_resolve)
@@ -381,6 +388,21 @@ def _refresh(args) -> int:
         print(f"emptied {table} ({rows} rows)")
     print(f"Rebuilding from {settings.start_date}:")
     return _outcome(run_until_caught_up(settings))
+
+
+def _forget(args) -> int:
+    from incremental_assets.cli.runner import incremental_of, instance_or_default
+    from incremental_assets.lib.upkeep.erasure import erase
+
+    settings = _settings(args)
+    keys = [*args.key, *(Path(args.file).read_text().splitlines() if args.file else [])]
+    erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings))
+    for table, rows in erasure.rows.items():
+        print(f"  {table:<28} {rows:>8} rows erased")
+    for table in erasure.not_covered:
+        print(f"  {table:<28} not covered: it has no user_identifier column")
+    print(f"Erasure {erasure.request_id} recorded in {environment.table_uri('erasure_log')} (keys as salted hashes only)")
+    return 0
 
 
 def _resolve(args) -> int:

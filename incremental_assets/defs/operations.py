@@ -1,4 +1,4 @@
-"""What an operator launches: a full refresh, the plan of a settings change, table maintenance."""
+"""What an operator launches: a full refresh, the plan of a settings change, table maintenance, an erasure."""
 
 from datetime import datetime, timezone
 
@@ -18,11 +18,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from incremental_assets.lib.catalog import WAREHOUSE_POOL, known_incremental, maintained_tables
+from incremental_assets.lib.catalog import ERASURE_LOG, WAREHOUSE_POOL, known_incremental, maintained_tables
 from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.environment import warehouse_root
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.upkeep.apply import apply_plan
+from incremental_assets.lib.upkeep.erasure import ERASED_BY, erase
 from incremental_assets.lib.upkeep.maintenance import maintain
 from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings
@@ -133,6 +134,35 @@ def maintenance_job():
     maintain_tables()
 
 
+class ForgetConfig(Config):
+    """No default: the launchpad shows the keys missing until they are typed."""
+
+    keys: list[str] = Field(description="The identifiers of the people to erase (values of `by`)")
+    by: str = Field(default="attribute_key", description=f"The column the keys are values of: one of {', '.join(ERASED_BY)}")
+
+
+@op(out=Out(Nothing), pool=WAREHOUSE_POOL,
+    description="Erase people's rows from every table that holds them, and record the request in erasure_log "
+    "(salted hashes only); later runs drop their events (docs/operations.md, Erasure).")
+def forget_keys(context: OpExecutionContext, config: ForgetConfig, settings: IncrementalSettings, spark: SparkResource) -> Output:
+    try:
+        erasure = erase(settings, config.keys, config.by, spark.spark_session, context.instance, known_incremental(context),
+                        run_id=context.run_id)
+    except ValueError as refused:
+        raise Failure(str(refused), allow_retries=False) from None
+    return Output(None, metadata={
+        "request_id": erasure.request_id,
+        "rows_erased": markdown_table(["table", "rows erased"], sorted(erasure.rows.items())),
+        "not_covered": MetadataValue.json(erasure.not_covered),
+        "audit": MetadataValue.path(StateStore().uri(ERASURE_LOG)),
+    })
+
+
+@job(hooks=RUN_LOG_HOOKS, description="Forget people: in the launchpad, list their keys under ops > forget_keys > config.")
+def forget_job():
+    forget_keys()
+
+
 daily_table_maintenance = ScheduleDefinition(
     name="daily_table_maintenance",
     job=maintenance_job,
@@ -144,4 +174,4 @@ daily_table_maintenance = ScheduleDefinition(
 
 
 def defs(settings: IncrementalSettings) -> Definitions:
-    return Definitions(jobs=[refresh_job, apply_plan_job, maintenance_job], schedules=[daily_table_maintenance])
+    return Definitions(jobs=[refresh_job, apply_plan_job, maintenance_job, forget_job], schedules=[daily_table_maintenance])

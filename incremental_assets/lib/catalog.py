@@ -30,6 +30,7 @@ FROM_DAILY = (ATTRIBUTES, ATTRIBUTES_HISTORY)
 INCREMENTAL_MANIFEST = "incremental_manifest"
 RUN_LOG = "run_log"
 FINGERPRINTS = "table_fingerprints"
+ERASURE_LOG = "erasure_log"
 
 SOURCE_GROUP = "source"
 BASE_GROUP = "incremental_base"
@@ -110,6 +111,7 @@ TABLES = (
     Table(INCREMENTAL_MANIFEST, None, STATE_STORE, ("model",)),
     Table(RUN_LOG, None, STATE_STORE, refreshed=False),  # kept: the history of every run
     Table(FINGERPRINTS, None, STATE_STORE, ("table",)),
+    Table(ERASURE_LOG, None, STATE_STORE, ("request_id",), refreshed=False),  # kept: the audit of every erasure
 )
 BY_NAME = {table.name: table for table in TABLES}
 BUILT_IN_INCREMENTAL = (FILTERED_EVENTS, SESSIONS)

@@ -118,6 +118,10 @@ class IncrementalSettings(ConfigurableResource):
         "{sessions_lifecycle_manifest: [session_identifier]} (columns that keep statistics; the others: plain "
         "compaction). Default: attributes_history by attribute_key, so a lookup of one key reads few files",
     )
+    erasure_salt_file: str | None = Field(
+        default=None, description="File of the secret that erased keys are hashed with (`forget`); default "
+        "DAGSTER_HOME/erasure_salt, made on first use. Keep it: without it no later request matches an earlier one",
+    )
     attributes_reference_date: str | None = Field(
         default=None, description="Day 'last N days' counts back from (YYYY-MM-DD); default today"
     )

@@ -170,6 +170,23 @@ def test_classify_window_names_each_drop_reason(spark):
     }
 
 
+def test_the_rows_of_an_erased_user_are_dropped_by_the_hash_of_their_user_id(spark):
+    """The tombstone (lib/upkeep/erasure.py): Spark's hash of a user id is the erasure log's, for
+    any string; the user's rows are dropped whatever their session, another user's are kept."""
+    from incremental_assets.lib.upkeep.erasure import hashed, key_hash
+
+    settings = IncrementalSettings(start_date="2021-01-01")
+    erased_user = "Zoë-名前"
+    source = events_frame(spark, [
+        event("theirs", "02 10:00", domain_userid=erased_user),
+        event("theirs_too", "02 11:00", domain_userid=erased_user, domain_sessionid="S2"),
+        event("someone_else", "02 10:00", domain_userid="U2"),
+    ])
+    erased = hashed(T.USER, "salt").isin([key_hash("salt", erased_user)])
+    reasons = {r.event_id: r.drop_reason for r in T.classify_window(source, None, settings, erased).collect()}
+    assert reasons == {"theirs": "erased_user", "theirs_too": "erased_user", "someone_else": None}
+
+
 def test_missing_device_timestamps_fall_back_to_the_collector_when_allowed(spark):
     # sent := collector 02 09:59 <= created := collector + 3 days: in time.
     settings = IncrementalSettings(start_date="2021-01-01", allow_null_dvce_tstamps=True)

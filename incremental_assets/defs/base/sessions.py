@@ -29,6 +29,8 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.contract import rows_within, with_optional_columns
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.upkeep.erasure import tombstones
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 
@@ -89,7 +91,8 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     source = read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
-    groups = T.window_groups(T.classify_window(window, quarantined, settings), ts).cache()
+    erased = tombstones(settings, StateStore())
+    groups = T.window_groups(T.classify_window(window, quarantined, settings, erased), ts).cache()
     drops = {r["drop_reason"]: r["events"] for r in groups.groupBy("drop_reason").agg(F.sum("events").alias("events")).collect()}
     null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
@@ -213,7 +216,7 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
 
     source = with_optional_columns(read_table(spark.spark_session, source_table_uri()))
     window = None if idle else (limits.lower, limits.upper)  # its every eligible event is accounted for
-    candidates = T.candidate_events(source, settings, span, quarantined, window)
+    candidates = T.candidate_events(source, settings, span, quarantined, window, tombstones(settings, StateStore()))
     sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
     duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
     if duplicated is not None:  # broadcast, the rows of unique ids are written where they are read, without a shuffle

@@ -221,6 +221,22 @@ def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:
     return WriteResult(stored.version(), "DELETE", {"numDeletedRows": int(deleted.get("num_deleted_rows", 0))})
 
 
+def delete_rows(spark: SparkSession, uri: str, condition: Column, user_metadata: str) -> int:
+    """Delete the rows matching `condition` with Spark's DELETE, which rewrites the files that held
+    them (an erasure); `user_metadata` names the commit. The rows deleted (0: none, no commit)."""
+    from delta.tables import DeltaTable
+
+    table = DeltaTable.forPath(spark, uri)
+    rows = table.toDF().where(condition).count()
+    if rows:
+        spark.conf.set(USER_METADATA_CONF, user_metadata)
+        try:
+            table.delete(condition)
+        finally:
+            spark.conf.unset(USER_METADATA_CONF)
+    return rows
+
+
 def truncate(uri: str) -> int:
     """`empty` for a refresh or a plan's rebuild: the rows deleted (0: no table)."""
     result = empty(uri)

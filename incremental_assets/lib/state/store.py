@@ -23,7 +23,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from pydantic import Field
 
-from incremental_assets.lib.catalog import DAILY_MANIFEST, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
+from incremental_assets.lib.catalog import DAILY_MANIFEST, ERASURE_LOG, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
 from incremental_assets.lib.delta.conditional import ensure_conditional_writes
 from incremental_assets.lib.delta.log import data_files, read_rows, stored_table
 from incremental_assets.lib.delta.spec import LOG_CHECKPOINTS
@@ -32,6 +32,7 @@ from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
 from incremental_assets.lib.state.records import TO_PROCESS, DayStatus, ManifestEntry
 from incremental_assets.lib.state.run_log import (
     FAILED,
+    PROCESSED,
     PROCESSING,
     RESOLVED,
     ROWS_KEPT,
@@ -87,6 +88,23 @@ FINGERPRINT_SCHEMA = pa.schema(
         ("run_id", pa.string()),
     ]
 )
+# One row per erasure request (lib/upkeep/erasure.py): no key in clear, only salted hashes.
+ERASURE_SCHEMA = pa.schema(
+    [
+        pa.field("request_id", pa.string(), nullable=False),
+        ("requested_at", UTC_TIMESTAMP),
+        ("requested_by", pa.string()),  # the OS user, or the Dagster run's user
+        ("identifier", pa.string()),  # the column the request named keys by
+        ("key_hashes", pa.list_(pa.string())),  # the request's keys
+        ("user_hashes", pa.list_(pa.string())),  # the user identifiers they resolved to
+        ("attribute_key_hashes", pa.list_(pa.string())),  # ... and the attribute keys
+        ("status", pa.string()),  # Processing, then Processed
+        ("rows", pa.string()),  # JSON {table: rows erased}
+        ("completed_at", UTC_TIMESTAMP),
+        ("physically_gone_at", UTC_TIMESTAMP),  # when no file readable through time travel holds them
+    ]
+)
+ERASED = "rows erased"  # the run log's message of an erasure's delete, after its request id: what its log row sums
 RUN_LOG_SCHEMA = pa.schema(
     [
         ("day", pa.date32()),  # of recorded_at: the partition, so lease checks read recent days only
@@ -187,14 +205,27 @@ class StateStore(ConfigurableResource):
         table = stored_table(self.uri(DAILY_MANIFEST))
         return None if table is None else table.transaction_version(CONSUMED_APP_ID)
 
-    def save_days(self, days: list[DayStatus], consumed_version: int | None = None) -> None:
-        """Upsert day rows; with `consumed_version`, in the same commit as that version's identifier."""
-        if not days:
+    def save_days(self, days: list[DayStatus], consumed_version: int | None = None, once_as: str | None = None) -> None:
+        """Upsert day rows; with `consumed_version`, in the same commit as that version's identifier;
+        with `once_as`, under that identifier, which `applied_once` then finds (even with no row)."""
+        if once_as is not None:
+            txn = Transaction(once_as, 1)
+            if not days:
+                days = list(self.days().values())[:1]  # a commit that changes nothing, to carry the identifier
+                if not days:
+                    return
+        elif not days:
             # Nothing to record: inserts that changed no day would change none when read again.
             return
-        txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
+        else:
+            txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
         rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]
         self._upsert(DAILY_MANIFEST, rows, DAILY_SCHEMA, key="event_date", txn=txn)
+
+    def applied_once(self, once_as: str) -> bool:
+        """Whether days were saved `once_as` this identifier (a request's one-time adjustment)."""
+        table = stored_table(self.uri(DAILY_MANIFEST))
+        return table is not None and table.transaction_version(once_as) is not None
 
     def reset_days(self) -> None:
         """Forget every day (filtered_events is rebuilt: its days come back as new arrivals). The
@@ -207,6 +238,34 @@ class StateStore(ConfigurableResource):
         """Mark days to be recomputed whole (the daily sensor, or `run`, requests them)."""
         known = self.days()
         self.save_days([replace(known[day], status=TO_PROCESS, last_run_id=run_id) for day in days if day in known])
+
+    # -- erasure log -------------------------------------------------------------------------
+    def erasure_request(self, request_id: str) -> dict | None:
+        rows = read_rows(self.uri(ERASURE_LOG), filters=[("request_id", "=", request_id)]) or []
+        return rows[0] if rows else None
+
+    def erasure_log(self) -> list[dict]:
+        return sorted(read_rows(self.uri(ERASURE_LOG)) or [], key=lambda row: row["requested_at"])
+
+    def open_erasure(self, request_id: str, identifier: str, keys: list[str], users: list[str], attribute_keys: list[str],
+                     requested_by: str) -> dict:
+        """Record a request before anything is erased: what it resolved to, as hashes."""
+        row = {"request_id": request_id, "requested_at": utcnow(), "requested_by": requested_by, "identifier": identifier,
+               "key_hashes": keys, "user_hashes": users, "attribute_key_hashes": attribute_keys, "status": PROCESSING,
+               "rows": None, "completed_at": None, "physically_gone_at": None}
+        self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
+        return row
+
+    def close_erasure(self, request_id: str) -> dict:
+        """The request done: its rows erased per table, summed over every attempt's run-log records."""
+        erased: dict[str, int] = {}
+        for record in self.run_log():
+            if record["status"] == PROCESSED and record["message"] == f"{request_id}: {ERASED}":
+                erased[record["asset"]] = erased.get(record["asset"], 0) + (record["rows"] or 0)
+        row = {**self.erasure_request(request_id), "status": PROCESSED, "rows": json.dumps(dict(sorted(erased.items()))),
+               "completed_at": utcnow()}
+        self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
+        return row
 
     # -- run log ------------------------------------------------------------------------------
     def run_log(self, run_id: str | None = None, since: date | None = None) -> list[dict]:

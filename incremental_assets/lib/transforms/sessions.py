@@ -118,15 +118,18 @@ def window_and_null_cursor_rows(source: DataFrame, settings: IncrementalSettings
     return rows.where(cursor.between(F.lit(lower), F.lit(upper)) | null_cursor)
 
 
+ERASED_USER = "erased_user"  # a row of a person `forget` erased (lib/upkeep/erasure.py)
 CAP = "cap_tstamp"  # quarantined_sessions: the end its session was capped at (start + max_session_days)
 
 
-def classify_window(window: DataFrame, quarantined: DataFrame | None, settings: IncrementalSettings) -> DataFrame:
+def classify_window(
+    window: DataFrame, quarantined: DataFrame | None, settings: IncrementalSettings, erased: Column | None = None
+) -> DataFrame:
     """Every event of `window` with its session and user ids and why it is dropped (or null: it is
     eligible); a row without a cursor (if the window holds any) is `NULL_CURSOR`, a blank id is a
     null one, and an event of a quarantined session is dropped beyond its cap (within it, it is one
-    of the session's events). The one eligibility rule: the lifecycle counts the window by it, the
-    batch picks its candidates by it."""
+    of the session's events); `erased`: the rows of erased people (on the user id), dropped. The one
+    eligibility rule: the lifecycle counts the window by it, the batch picks its candidates by it."""
     ts = F.col(settings.session_timestamp)
     marked = window.withColumn(SESSION, session_id(settings)).withColumn(USER, user_id(settings))
     quarantined_here = F.lit(False)
@@ -143,6 +146,7 @@ def classify_window(window: DataFrame, quarantined: DataFrame | None, settings: 
         .when(sent_in_time(settings).isNull(), "null_dvce_tstamps")
         .when(~sent_in_time(settings), "late_sent")
         .when(quarantined_here, "quarantined_session")
+        .when(F.lit(False) if erased is None else erased, ERASED_USER)
     )
     return marked.withColumn("drop_reason", reason).drop("_q", "_cap")
 
@@ -319,14 +323,14 @@ def sessions_span(sessions: DataFrame, max_session_days: int):
 
 def candidate_events(
     source: DataFrame, settings: IncrementalSettings, span, quarantined: DataFrame | None = None,
-    window: tuple[datetime, datetime] | None = None,
+    window: tuple[datetime, datetime] | None = None, erased: Column | None = None,
 ) -> DataFrame:
     """The source rows that can be events of this run's sessions (see `sessions_span`), and, given
     the run's window, every row of it too: eligible by the lifecycle's rule (`classify_window`),
     their session id set."""
     lo, hi = candidate_range(span, window)
     rows = source.where(F.lit(False)) if lo is None else in_cursor_range(source, settings, lo, hi)
-    eligible = classify_window(rows, quarantined, settings).where(F.col("drop_reason").isNull())
+    eligible = classify_window(rows, quarantined, settings, erased).where(F.col("drop_reason").isNull())
     return eligible.drop(USER, "drop_reason")
 
 

@@ -1,0 +1,201 @@
+"""Erasure (SPEC §11): one person's rows deleted from every table that holds them, under the run
+log's lease, with an audit record in `erasure_log` that never holds a key in clear.
+
+A person is named by one identifier (`by`: the attribute key, or user_identifier, domain_userid,
+user_id as filtered_events holds them). Everything after the request is recorded works from
+salted hashes: the request's, and the user identifiers and attribute keys they resolved to, kept
+in its log row. A re-run of the same request after a crash resolves nothing again (the rows it
+resolved from may be gone) and finishes what is left; every step is a delete or a recount, and
+the one adjustment that is not (the days' pending late events) commits once, under a Delta
+transaction identifier of the request.
+
+Order: the daily manifest's pending counts first (they need the person's rows), then the tables
+downstream to upstream, the lifecycle manifest last (quarantined_sessions find the person's
+sessions there), then the days' processed counts recounted from daily_aggregates.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable
+from uuid import uuid4
+
+from dagster import DagsterInstance
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from incremental_assets.lib.catalog import (
+    ATTRIBUTES,
+    ATTRIBUTES_HISTORY,
+    BUILT_IN_INCREMENTAL,
+    DAILY_AGGREGATES,
+    DAILY_MANIFEST,
+    ERASURE_LOG,
+    EVENTS_THIS_RUN,
+    FILTERED_EVENTS,
+    LIFECYCLE,
+    QUARANTINE,
+    SESSIONS,
+    extra_incremental,
+)
+from incremental_assets.lib.delta.log import table_exists
+from incremental_assets.lib.delta.write import delete_rows
+from incremental_assets.lib.environment import dagster_home
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.state.hooks import alive_in
+from incremental_assets.lib.state.run_log import PROCESSED
+from incremental_assets.lib.state.store import ERASED, StateStore
+
+ERASED_BY = ("attribute_key", "user_identifier", "domain_userid", "user_id")
+USER = "user_identifier"
+# Tables whose rows belong to an attribute key, and those whose rows belong to a user identifier.
+BY_KEY = (ATTRIBUTES_HISTORY, ATTRIBUTES, DAILY_AGGREGATES)
+BY_USER = (SESSIONS, EVENTS_THIS_RUN, FILTERED_EVENTS, LIFECYCLE)
+
+
+@dataclass
+class Erasure:
+    request_id: str
+    rows: dict[str, int] = field(default_factory=dict)  # rows deleted per table, by this request
+    not_covered: list[str] = field(default_factory=list)  # a user's own tables with no user identifier
+
+
+def salt(settings: IncrementalSettings, make: bool = True) -> str:
+    """The secret every key is hashed with: made once (mode 0600) where the settings say."""
+    path = Path(settings.erasure_salt_file or dagster_home() / "erasure_salt")
+    if not path.exists() and not make:
+        raise FileNotFoundError(
+            f"erasure_log holds erased keys, hashed with the secret in {path}, which is missing: without it no run can "
+            "keep their events out. Restore the file, or set erasure_salt_file to where it is")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile
+            return path.read_text().strip()
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
+def tombstones(settings: IncrementalSettings, state: StateStore) -> Column | None:
+    """Which of a window's rows belong to an erased person (their user_identifier's hash is in the
+    erasure log): every run drops them, so a late load or a keyhole never brings them back. None
+    when nobody was erased."""
+    users = sorted({user for request in state.erasure_log() for user in request["user_hashes"] or []})
+    return hashed(USER, salt(settings, make=False)).isin(users) if users else None
+
+
+def key_hash(secret: str, key: str) -> str:
+    return hashlib.sha256(f"{secret}{key}".encode()).hexdigest()
+
+
+def hashed(column: str, secret: str) -> Column:
+    """`key_hash` of a column's values, in Spark (the same digest for the same string)."""
+    return F.sha2(F.concat(F.lit(secret), F.col(column).cast("string")), 256)
+
+
+def erase(
+    settings: IncrementalSettings, keys: Iterable[str], by: str, spark: SparkSession, instance: DagsterInstance,
+    incremental: Iterable[str] = BUILT_IN_INCREMENTAL, run_id: str | None = None,
+) -> Erasure:
+    if by not in ERASED_BY:
+        raise ValueError(f"--by {by!r}: expected one of {', '.join(ERASED_BY)}")
+    keys = sorted({key.strip() for key in keys if key.strip()})
+    if not keys:
+        raise ValueError("no key to forget: give --key, or a --file with one key per line")
+    state, secret = StateStore(), salt(settings)
+    column = settings.attribute_key if by == "attribute_key" else by
+    hashes = sorted({key_hash(secret, key) for key in keys})
+    request_id = "erasure-" + hashlib.sha256(f"{column}|{'|'.join(hashes)}".encode()).hexdigest()[:20]
+    extras = extra_incremental(incremental)
+    covered = [t.name for t in extras if table_exists(state.uri(t.name)) and USER in _columns(spark, state.uri(t.name))]
+    erasure = Erasure(request_id, not_covered=sorted(t.name for t in extras if t.name not in covered))
+    tables = [t for t in (*BY_KEY, QUARANTINE, *covered, *BY_USER) if table_exists(state.uri(t))]
+    run_id = run_id or f"{request_id}-{uuid4().hex[:8]}"
+    state.acquire(run_id, [*tables, DAILY_MANIFEST, ERASURE_LOG], None, alive_in(instance))
+
+    request = state.erasure_request(request_id)
+    if request is None:
+        users, attribute_keys = _resolve(spark, state, secret, column, hashes, settings.attribute_key)
+        request = state.open_erasure(request_id, column, hashes, users, attribute_keys, _requester(instance, run_id))
+    users, attribute_keys = request["user_hashes"], request["attribute_key_hashes"]
+    person = {USER: hashed(USER, secret).isin(users), "attribute_key": hashed("attribute_key", secret).isin(attribute_keys)}
+
+    if not state.applied_once(request_id):
+        state.save_days(_pending_without(spark, state, person), once_as=request_id)
+    for table in tables:
+        if table == QUARANTINE:
+            condition = F.col("session_identifier").isin(_sessions(spark, state, person[USER]))
+        else:
+            condition = person["attribute_key" if table in BY_KEY else USER]
+        erasure.rows[table] = delete_rows(spark, state.uri(table), condition, user_metadata=request_id)
+        state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: {ERASED}")
+    state.save_days(_processed_recounted(spark, state))
+    state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
+    state.close_erasure(request_id)
+    state.record(run_id, ERASURE_LOG, PROCESSED, {"rows_inserted": 1}, message=f"{request_id}: recorded")
+    return erasure
+
+
+def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[str], list[str]]:
+    """The hashes of the user identifiers and attribute keys the request's identifiers name, as
+    filtered_events holds them (an identifier with no event left names itself)."""
+    events = _read(spark, state.uri(FILTERED_EVENTS))
+    found = {USER: set(), attribute_key: set()}
+    if events is not None:
+        rows = events.where(hashed(column, secret).isin(hashes)).select(
+            hashed(USER, secret).alias(USER), hashed(attribute_key, secret).alias("key")).distinct().collect()
+        found = {USER: {r[USER] for r in rows}, attribute_key: {r["key"] for r in rows}}
+    users = found[USER] | (set(hashes) if column == USER else set())
+    keys = found[attribute_key] | (set(hashes) if column == attribute_key else set())
+    return sorted(users), sorted(keys)
+
+
+def _pending_without(spark, state: StateStore, person: dict[str, Column]):
+    """The days whose pending late events included the person's: their events held but not yet
+    aggregated (filtered_events' rows of the day beyond what daily_aggregates counted)."""
+    events, daily = _read(spark, state.uri(FILTERED_EVENTS)), _read(spark, state.uri(DAILY_AGGREGATES))
+    if events is None:
+        return []
+    held = {r.event_date: r["count"] for r in events.where(person[USER]).groupBy("event_date").count().collect()}
+    counted = {} if daily is None else {
+        r.event_date: r.events for r in daily.where(person["attribute_key"]).groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
+    known = state.days()
+    return [replace(known[day], pending_late_events=max(0, known[day].pending_late_events - (n - counted.get(day, 0))))
+            for day, n in held.items() if day in known and n > counted.get(day, 0)]
+
+
+def _processed_recounted(spark, state: StateStore):
+    """Every day's processed count as daily_aggregates now holds it (the erased rows no longer counted)."""
+    daily = _read(spark, state.uri(DAILY_AGGREGATES))
+    if daily is None:
+        return []
+    held = {r.event_date: r.events for r in daily.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
+    return [replace(day, processed_events=held.get(d, 0)) for d, day in state.days().items()
+            if day.processed_events and day.processed_events != held.get(d, 0)]
+
+
+def _sessions(spark, state: StateStore, user: Column) -> list[str]:
+    lifecycle = _read(spark, state.uri(LIFECYCLE))
+    return [] if lifecycle is None else [r[0] for r in lifecycle.where(user).select("session_identifier").distinct().collect()]
+
+
+def _read(spark: SparkSession, uri: str) -> DataFrame | None:
+    return spark.read.format("delta").load(uri) if table_exists(uri) else None
+
+
+def _columns(spark: SparkSession, uri: str) -> list[str]:
+    return spark.read.format("delta").load(uri).columns
+
+
+def _requester(instance: DagsterInstance, run_id: str) -> str:
+    """Who asked: the Dagster run's user when a run asked (the UI's launchpad), else the OS user."""
+    run = instance.get_run_by_id(run_id)
+    user = run.tags.get("user") if run is not None else None
+    return user or getpass.getuser()

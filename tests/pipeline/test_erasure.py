@@ -1,0 +1,99 @@
+"""Forgetting a person (SPEC §11): after `forget`, every table and the daily manifest's counts equal
+a warehouse built from scratch over the same stream without that person's events; the audit record
+holds no key in clear; the same command again erases nothing more and records the same request; a
+keyhole over the whole stream, and a late load of the person's events again, bring nothing back."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dagster import DagsterInstance
+from deltalake import DeltaTable
+
+from incremental_assets.cli import main
+from incremental_assets.cli.runner import run_incremental, run_until_caught_up
+from incremental_assets.definitions import build_definitions
+from incremental_assets.lib.sample.generator import SampleParams, generate_table
+from incremental_assets.lib.sample.stream import STREAM_SCHEMA
+from incremental_assets.lib.settings import IncrementalSettings
+from incremental_assets.lib.source.loader import write_events
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.sessions import ERASED_USER
+from incremental_assets.lib.utc import utcnow
+from tests.warehouse_tables import COMPARED, REFERENCE_DAY, comparable_tables, scenario_environment
+
+PARAMS = SampleParams(users=6, days=3, events_per_day=150, start_date=(utcnow() - timedelta(days=6)).date(), seed=41,
+                      late_share=0.2)
+# A day's window a run, and late rows left pending (deferred): the manifest's two counts both change.
+SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "attributes_reference_date": REFERENCE_DAY, "backfill_limit_days": 1,
+            "min_rows_to_process": 1000}
+
+
+def build(spark, root, rows) -> None:
+    source = str(root / "source")
+    write_events(spark, spark.createDataFrame(rows, STREAM_SCHEMA), source, "append")
+    with scenario_environment(root / "warehouse", source, SETTINGS, home=root / "home"):
+        runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
+    assert all(run.success for run in runs), [run.error for run in runs]
+
+
+def days_counted(warehouse) -> dict:
+    rows = DeltaTable(f"{warehouse}/daily_aggregation_manifest").to_pyarrow_table().to_pylist()
+    return {row["event_date"]: (row["processed_events"], row["pending_late_events"]) for row in rows}
+
+
+def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_path, capsys):
+    rows = generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=PARAMS.days + 2))
+    users = sorted({user for user in rows.column("domain_userid").to_pylist() if user})
+    person = users[1]
+    build(spark, tmp_path / "with", rows)
+    build(spark, tmp_path / "without", rows.filter([user != person for user in rows.column("domain_userid").to_pylist()]))
+    before = comparable_tables(tmp_path / "with" / "warehouse")
+    assert before != comparable_tables(tmp_path / "without" / "warehouse"), "the person is in the first warehouse"
+
+    with scenario_environment(tmp_path / "with" / "warehouse", tmp_path / "with" / "source", SETTINGS, home=tmp_path / "with" / "home"):
+        capsys.readouterr()
+        assert main(["forget", "--key", person]) == 0
+        said = capsys.readouterr().out
+        [request] = StateStore().erasure_log()
+        # Again, from the UI's forget_job, as after a crash: nothing more to erase, the same request.
+        settings, instance = IncrementalSettings(**SETTINGS), DagsterInstance.ephemeral()
+        again = build_definitions(settings).resolve_job_def("forget_job").execute_in_process(
+            instance=instance, run_config={"ops": {"forget_keys": {"config": {"keys": [person]}}}})
+        [output] = [e.event_specific_data.metadata for e in again.all_events if e.is_successful_output]
+        [same] = StateStore().erasure_log()
+
+        # The source still holds the person's rows (no --source): a keyhole over all of it, then a
+        # loader that brings their events again, loaded now. Every one is dropped as erased.
+        keyhole = run_incremental(settings, lower=str(PARAMS.start), upper=str(utcnow()), instance=instance)
+        theirs = rows.filter(pc.equal(rows.column("domain_userid"), person))
+        now = utcnow() - timedelta(minutes=1)
+        again_loaded = theirs.set_column(theirs.schema.get_field_index("load_tstamp"), "load_tstamp",
+                                         pa.array([now] * theirs.num_rows, theirs.schema.field("load_tstamp").type))
+        again_loaded = again_loaded.set_column(again_loaded.schema.get_field_index("load_date"), "load_date",
+                                               pa.array([now.date()] * theirs.num_rows, pa.date32()))
+        write_events(spark, spark.createDataFrame(again_loaded, STREAM_SCHEMA), str(tmp_path / "with" / "source"), "append")
+        late = run_until_caught_up(settings, report=lambda line: None, instance=instance)
+
+    assert keyhole.success and keyhole.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}") > 0
+    assert all(run.success for run in late) and sum(run.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}", 0)
+                                                  for run in late) >= theirs.num_rows  # and the lookback's
+    assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(tmp_path / "without" / "warehouse")
+    counted = days_counted(tmp_path / "with" / "warehouse")
+    assert counted == days_counted(tmp_path / "without" / "warehouse") and any(pending for _, pending in counted.values())
+    erased = json.loads(request["rows"])
+    held = ("filtered_events", "sessions", "sessions_lifecycle_manifest", "daily_aggregates", "attributes", "attributes_history")
+    assert request["status"] == "Processed" and all(erased[table] > 0 for table in held), erased
+    printed = {line.split()[0]: int(line.split()[1]) for line in said.splitlines() if line.endswith("rows erased")}
+    assert printed == erased, said
+    assert again.success and output["request_id"].value == request["request_id"]
+    rows_again = output["rows_erased"].value.splitlines()[2:]
+    assert len(rows_again) == len(erased) and all(line.endswith("| 0 |") for line in rows_again), rows_again
+    assert same["request_id"] == request["request_id"] and json.loads(same["rows"]) == erased, "one request, its rows once"
+    log = DeltaTable(f"{tmp_path}/with/warehouse/erasure_log").to_pyarrow_table().to_pylist()
+    assert person not in json.dumps(log, default=str), "the audit holds no key in clear"
+    assert set(erased) <= set(COMPARED) | {"events_this_run"}

@@ -96,4 +96,10 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
     assert same["request_id"] == request["request_id"] and json.loads(same["rows"]) == erased, "one request, its rows once"
     log = DeltaTable(f"{tmp_path}/with/warehouse/erasure_log").to_pyarrow_table().to_pylist()
     assert person not in json.dumps(log, default=str), "the audit holds no key in clear"
+    # Nor do the erasure's own commits, and the salt is in no table's log (a DELETE would record it in its predicate).
+    secret = (tmp_path / "with" / "home" / "erasure_salt").read_text().strip()
+    commits = [path.read_text() for path in (tmp_path / "with" / "warehouse").glob("*/_delta_log/*.json")]
+    assert not any(secret in text for text in commits), "the salt in a Delta log"
+    erasing = [text for text in commits if request["request_id"] in text]
+    assert len(erasing) >= len(held) and not any(person in text for text in erasing)
     assert set(erased) <= set(COMPARED) | {"events_this_run"}

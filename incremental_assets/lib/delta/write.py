@@ -221,20 +221,13 @@ def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:
     return WriteResult(stored.version(), "DELETE", {"numDeletedRows": int(deleted.get("num_deleted_rows", 0))})
 
 
-def delete_rows(spark: SparkSession, uri: str, condition: Column, user_metadata: str) -> int:
-    """Delete the rows matching `condition` with Spark's DELETE, which rewrites the files that held
-    them (an erasure); `user_metadata` names the commit. The rows deleted (0: none, no commit)."""
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forPath(spark, uri)
-    rows = table.toDF().where(condition).count()
-    if rows:
-        spark.conf.set(USER_METADATA_CONF, user_metadata)
-        try:
-            table.delete(condition)
-        finally:
-            spark.conf.unset(USER_METADATA_CONF)
-    return rows
+def delete_rows(spark: SparkSession, uri: str, matching: DataFrame, on: Sequence[str], user_metadata: str) -> int:
+    """Delete the rows that share `on` with `matching` (an erasure), as a MERGE that rewrites the
+    files that held them: its commit records the join on column names alone, never a value (a
+    DELETE records its whole predicate). `user_metadata` names the commit. The rows deleted."""
+    target = path_identifier(uri)
+    merge = matching.select(*on).distinct().alias("s").mergeInto(target, _on_keys(target, on)).whenMatched().delete()
+    return _merged(spark, merge, deltalake.DeltaTable(uri), uri, {USER_METADATA_CONF: user_metadata}).rows_deleted
 
 
 def truncate(uri: str) -> int:

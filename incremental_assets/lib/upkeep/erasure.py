@@ -130,11 +130,13 @@ def erase(
     if not state.applied_once(request_id):
         state.save_days(_pending_without(spark, state, person), once_as=request_id)
     for table in tables:
+        uri = state.uri(table)
         if table == QUARANTINE:
-            condition = F.col("session_identifier").isin(_sessions(spark, state, person[USER]))
+            matching, on = _read(spark, state.uri(LIFECYCLE)).where(person[USER]), ["session_identifier"]
         else:
-            condition = person["attribute_key" if table in BY_KEY else USER]
-        erasure.rows[table] = delete_rows(spark, state.uri(table), condition, user_metadata=request_id)
+            on = ["attribute_key"] if table in BY_KEY else [USER]
+            matching = _read(spark, uri).where(person[on[0]])
+        erasure.rows[table] = delete_rows(spark, uri, matching, on, user_metadata=request_id)
         state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: {ERASED}")
     state.save_days(_processed_recounted(spark, state))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
@@ -179,11 +181,6 @@ def _processed_recounted(spark, state: StateStore):
     held = {r.event_date: r.events for r in daily.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
     return [replace(day, processed_events=held.get(d, 0)) for d, day in state.days().items()
             if day.processed_events and day.processed_events != held.get(d, 0)]
-
-
-def _sessions(spark, state: StateStore, user: Column) -> list[str]:
-    lifecycle = _read(spark, state.uri(LIFECYCLE))
-    return [] if lifecycle is None else [r[0] for r in lifecycle.where(user).select("session_identifier").distinct().collect()]
 
 
 def _read(spark: SparkSession, uri: str) -> DataFrame | None:

@@ -162,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     forget = commands.add_parser("forget", help="erase one person's rows from every table, with an audit record (docs/operations.md)")
     forget.add_argument("--key", action="append", default=[], help="an identifier to erase (repeat for several)")
     forget.add_argument("--file", help="a file of identifiers, one per line")
+    forget.add_argument("--status", action="store_true", help="which tables still hold files with erased rows (no JVM)")
     forget.add_argument("--by", default="attribute_key", choices=["attribute_key", "user_identifier", "domain_userid", "user_id"],
                         help="the column the identifiers are values of (default: the attribute key)")
     _settings_arguments(forget)
@@ -395,6 +396,8 @@ def _forget(args) -> int:
     from incremental_assets.lib.upkeep.erasure import erase
 
     settings = _settings(args)
+    if args.status:
+        return _erasure_status()
     keys = [*args.key, *(Path(args.file).read_text().splitlines() if args.file else [])]
     erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings))
     for table, rows in erasure.rows.items():
@@ -402,6 +405,25 @@ def _forget(args) -> int:
     for table in erasure.not_covered:
         print(f"  {table:<28} not covered: it has no user_identifier column")
     print(f"Erasure {erasure.request_id} recorded in {environment.table_uri('erasure_log')} (keys as salted hashes only)")
+    return 0
+
+
+def _erasure_status() -> int:
+    from incremental_assets.lib.state.store import StateStore
+    from incremental_assets.lib.upkeep.erasure import files_left
+
+    state = StateStore()
+    left = files_left(state)
+    for request in state.erasure_log():
+        gone = request["physically_gone_at"]
+        print(f"{request['request_id']}  requested {request['requested_at']:%Y-%m-%d %H:%M} UTC by {request['requested_by']}: "
+              f"{request['status']}{f', physically gone {gone:%Y-%m-%d %H:%M} UTC' if gone else ''}")
+        for table, files in left.get(request["request_id"], {}).items():
+            held = "unknown: its commits' log is cleaned up" if files is None else f"{len(files)} file(s) readable through time travel"
+            print(f"  {table:<28} {held}" if files != [] else f"  {table:<28} gone")
+    if any(files != [] for tables in left.values() for files in tables.values()):
+        print("Erased rows stay in files time travel reads until maintenance_job vacuums them (maintenance_retention_hours "
+              "after the erasure; docs/operations.md, Erasure)")
     return 0
 
 

@@ -23,7 +23,7 @@ from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.environment import warehouse_root
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.upkeep.apply import apply_plan
-from incremental_assets.lib.upkeep.erasure import ERASED_BY, erase
+from incremental_assets.lib.upkeep.erasure import ERASED_BY, erase, files_left
 from incremental_assets.lib.upkeep.maintenance import maintain
 from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings
@@ -119,6 +119,9 @@ def maintain_tables(context: OpExecutionContext, state: StateStore, settings: In
         result = maintain(state, name, retention, now, settings.maintenance_zorder_by.get(name, []))
         passes.append(result)
         state.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
+    # Erasures whose rows no file holds any more, now that VACUUM has run: their audit records it.
+    gone = [request for request, tables in files_left(state).items() if all(files == [] for files in tables.values())]
+    state.erasures_gone(gone)
     columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]
     rows = [[p.table, p.files_before, p.files_after, p.compacted_from, p.vacuumed, p.note] for p in passes]
     return Output(None, metadata={
@@ -126,6 +129,7 @@ def maintain_tables(context: OpExecutionContext, state: StateStore, settings: In
         "files_before": sum(p.files_before for p in passes),
         "files_after": sum(p.files_after for p in passes),
         "retention_hours": retention,
+        "erasures_physically_gone": MetadataValue.json(gone),
     })
 
 

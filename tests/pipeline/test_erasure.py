@@ -6,6 +6,8 @@ keyhole over the whole stream, and a late load of the person's events again, bri
 from __future__ import annotations
 
 import json
+import os
+import time
 from datetime import timedelta
 
 import pyarrow as pa
@@ -29,6 +31,7 @@ from tests.warehouse_tables import COMPARED, REFERENCE_DAY, comparable_tables, s
 PARAMS = SampleParams(users=6, days=3, events_per_day=150, start_date=(utcnow() - timedelta(days=6)).date(), seed=41,
                       late_share=0.2)
 # A day's window a run, and late rows left pending (deferred): the manifest's two counts both change.
+HELD = ("filtered_events", "sessions", "sessions_lifecycle_manifest", "daily_aggregates", "attributes", "attributes_history")
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "attributes_reference_date": REFERENCE_DAY, "backfill_limit_days": 1,
             "min_rows_to_process": 1000}
 
@@ -79,6 +82,23 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
         write_events(spark, spark.createDataFrame(again_loaded, STREAM_SCHEMA), str(tmp_path / "with" / "source"), "append")
         late = run_until_caught_up(settings, report=lambda line: None, instance=instance)
 
+        # Physically: the rewritten files stay for time travel until VACUUM (here as if its
+        # retention had passed), then nothing holds them and the maintenance job records so.
+        assert main(["forget", "--status"]) == 0
+        held_before = capsys.readouterr().out
+        warehouse = tmp_path / "with" / "warehouse"
+        for table in json.loads(request["rows"]):
+            DeltaTable(str(warehouse / table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        assert main(["forget", "--status"]) == 0
+        cdc_left = capsys.readouterr().out  # deltalake's VACUUM leaves the change data files: the maintenance job's does not
+        a_week_ago = time.time() - 8 * 24 * 3600
+        for written in (warehouse / "filtered_events" / "_change_data").rglob("*.parquet"):
+            os.utime(written, (a_week_ago, a_week_ago))
+        maintained = build_definitions(settings).resolve_job_def("maintenance_job").execute_in_process(instance=instance)
+        assert main(["forget", "--status"]) == 0
+        held_after = capsys.readouterr().out
+        [gone] = StateStore().erasure_log()
+
     assert keyhole.success and keyhole.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}") > 0
     assert all(run.success for run in late) and sum(run.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}", 0)
                                                   for run in late) >= theirs.num_rows  # and the lookback's
@@ -86,8 +106,7 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
     counted = days_counted(tmp_path / "with" / "warehouse")
     assert counted == days_counted(tmp_path / "without" / "warehouse") and any(pending for _, pending in counted.values())
     erased = json.loads(request["rows"])
-    held = ("filtered_events", "sessions", "sessions_lifecycle_manifest", "daily_aggregates", "attributes", "attributes_history")
-    assert request["status"] == "Processed" and all(erased[table] > 0 for table in held), erased
+    assert request["status"] == "Processed" and all(erased[table] > 0 for table in HELD), erased
     printed = {line.split()[0]: int(line.split()[1]) for line in said.splitlines() if line.endswith("rows erased")}
     assert printed == erased, said
     assert again.success and output["request_id"].value == request["request_id"]
@@ -101,5 +120,20 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
     commits = [path.read_text() for path in (tmp_path / "with" / "warehouse").glob("*/_delta_log/*.json")]
     assert not any(secret in text for text in commits), "the salt in a Delta log"
     erasing = [text for text in commits if request["request_id"] in text]
-    assert len(erasing) >= len(held) and not any(person in text for text in erasing)
+    assert len(erasing) >= len(HELD) and not any(person in text for text in erasing)
     assert set(erased) <= set(COMPARED) | {"events_this_run"}
+
+    assert all(f"{table:<28} " in held_before and "readable through time travel" in held_before for table in HELD), held_before
+    assert "filtered_events" in cdc_left and "readable through time travel" in cdc_left, cdc_left
+    assert all(line.split()[-1] == "gone" for line in held_after.splitlines() if line.startswith("  ")), held_after
+    assert maintained.success and gone["physically_gone_at"] is not None
+    for table in HELD:  # every version before the erasure: its files gone, or none with the person's rows
+        erasing = next(h["version"] for h in DeltaTable(str(warehouse / table)).history() if h.get("userMetadata") == request["request_id"])
+        column = "user_identifier" if table in ("filtered_events", "sessions", "sessions_lifecycle_manifest") else "attribute_key"
+        for version in range(erasing):
+            try:
+                rows = DeltaTable(str(warehouse / table), version=version).to_pyarrow_table(columns=[column])
+            except Exception as unreadable:  # noqa: BLE001 - deltalake names a missing file in its own error types
+                assert "not found" in str(unreadable).lower() or "no such file" in str(unreadable).lower(), unreadable
+                continue
+            assert person not in rows.column(column).to_pylist(), f"{table} version {version} still reads the person"

@@ -136,6 +136,11 @@ def _arrow_uri(uri: str) -> str:
     return "s3://" + uri[len("s3a://"):] if uri.startswith("s3a://") else uri
 
 
+def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
+    """Arrow's file system of a table's URI, and the table's root in it."""
+    return pafs.FileSystem.from_uri(_arrow_uri(uri))
+
+
 def _moment(millis: int) -> datetime:
     return EPOCH + timedelta(milliseconds=millis)
 
@@ -335,6 +340,28 @@ def stored_schema(table: deltalake.DeltaTable) -> T.StructType:
 
 def table_exists(uri: str) -> bool:
     return stored_table(uri) is not None
+
+
+def files_left_by(uri: str, user_metadata: str, since: datetime) -> list[str] | None:
+    """The files that the commits named `user_metadata` (made at or after `since`) removed, or
+    wrote as change data, and that are still on storage: what time travel can read until VACUUM
+    deletes them. None when a commit file after `since` is gone (Delta's log cleanup)."""
+    table = stored_table(uri)
+    if table is None:
+        return []
+    filesystem, root = filesystem_of(uri)
+    paths = []
+    for version in range(table.version(), -1, -1):
+        commit = _commit_actions(uri, range(version, version + 1))
+        if commit is None:
+            return None
+        info = next((action["commitInfo"] for action in commit[0] if "commitInfo" in action), {})
+        if _moment(info.get("timestamp", 0)) < since.replace(tzinfo=None):  # both UTC
+            break
+        if info.get("userMetadata") == user_metadata:
+            paths += [action[kind]["path"] for action in commit[0] for kind in ("remove", "cdc") if kind in action]
+    found = filesystem.get_file_info([f"{root}/{unquote(path)}" for path in paths])
+    return [path for path, info in zip(paths, found) if info.type != pafs.FileType.NotFound]
 
 
 def data_files(table: deltalake.DeltaTable) -> pa.Table:

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, timedelta, timezone
 from functools import reduce
 from typing import Any, Iterable, Mapping, Sequence
 
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import collect, whole_offsets
-from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, stored_schema, stored_table, table_exists
+from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, filesystem_of, stored_schema, stored_table, table_exists
 from incremental_assets.lib.delta.read import count_by, partition_kind
 from incremental_assets.lib.delta.spec import DELETED, LOG_CHECKPOINTS, DeltaWriteError, Window, WriteMode
 from incremental_assets.lib.environment import small_writes_by_deltalake
@@ -258,8 +259,16 @@ def keep_log_checkpoints(table: deltalake.DeltaTable) -> bool:
 
 def vacuum(uri: str, retention_hours: float) -> None:
     """VACUUM with deltalake (Spark's lists files with 10,000 tasks by default, slow even for a
-    tiny table), never within Delta's own default retention."""
+    tiny table), never within Delta's own default retention. deltalake leaves the change data files
+    (`_change_data/`, which no version's snapshot holds) where Spark's VACUUM deletes those older
+    than the retention: an erasure's hold the rows it deleted, so they are deleted here alike."""
     deltalake.DeltaTable(uri).vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=True)
+    filesystem, root = filesystem_of(uri)
+    found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_change_data", recursive=True, allow_not_found=True))
+    cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
+    for info in found:
+        if info.type == pafs.FileType.File and info.mtime is not None and info.mtime < cutoff:
+            filesystem.delete_file(info.path)
 
 
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:

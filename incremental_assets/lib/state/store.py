@@ -267,6 +267,13 @@ class StateStore(ConfigurableResource):
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row
 
+    def erasures_gone(self, request_ids: list[str]) -> None:
+        """Record that no file readable through time travel holds these requests' rows any more."""
+        now = utcnow()
+        rows = [{**request, "physically_gone_at": now} for request in self.erasure_log() if request["request_id"] in request_ids]
+        if rows:
+            self._upsert(ERASURE_LOG, rows, ERASURE_SCHEMA, key="request_id")
+
     # -- run log ------------------------------------------------------------------------------
     def run_log(self, run_id: str | None = None, since: date | None = None) -> list[dict]:
         filters = [("day", ">=", since)] if since else []

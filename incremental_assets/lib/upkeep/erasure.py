@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import json
 import os
 import secrets
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ from incremental_assets.lib.catalog import (
     SESSIONS,
     extra_incremental,
 )
-from incremental_assets.lib.delta.log import table_exists
+from incremental_assets.lib.delta.log import files_left_by, table_exists
 from incremental_assets.lib.delta.write import delete_rows
 from incremental_assets.lib.environment import dagster_home
 from incremental_assets.lib.settings import IncrementalSettings
@@ -143,6 +144,19 @@ def erase(
     state.close_erasure(request_id)
     state.record(run_id, ERASURE_LOG, PROCESSED, {"rows_inserted": 1}, message=f"{request_id}: recorded")
     return erasure
+
+
+def files_left(state: StateStore) -> dict[str, dict[str, list[str] | None]]:
+    """Per request not yet recorded as physically gone, per table it erased rows from: the files
+    that still hold those rows (readable through time travel until VACUUM), None when unknown."""
+    left = {}
+    for request in state.erasure_log():
+        if request["status"] != PROCESSED or request["physically_gone_at"] is not None:
+            continue
+        erased = json.loads(request["rows"] or "{}")
+        left[request["request_id"]] = {table: files_left_by(state.uri(table), request["request_id"], request["requested_at"])
+                                       for table, rows in erased.items() if rows}
+    return left
 
 
 def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[str], list[str]]:

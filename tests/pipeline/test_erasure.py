@@ -1,18 +1,23 @@
 """Forgetting a person (SPEC §11): after `forget`, every table and the daily manifest's counts equal
 a warehouse built from scratch over the same stream without that person's events; the audit record
 holds no key in clear; the same command again erases nothing more and records the same request; a
-keyhole over the whole stream, and a late load of the person's events again, bring nothing back."""
+keyhole over the whole stream, and a late load of the person's events again, bring nothing back; a
+request killed half-way is finished by the same command."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
+import pytest
 from dagster import DagsterInstance
 from deltalake import DeltaTable
 
@@ -49,14 +54,21 @@ def days_counted(warehouse) -> dict:
     return {row["event_date"]: (row["processed_events"], row["pending_late_events"]) for row in rows}
 
 
-def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def built(spark, tmp_path_factory):
+    """The stream's warehouse with the person, to copy, and the one built without their events."""
+    base = tmp_path_factory.mktemp("erasure")
     rows = generate_table(PARAMS, PARAMS.start, PARAMS.start + timedelta(days=PARAMS.days + 2))
-    users = sorted({user for user in rows.column("domain_userid").to_pylist() if user})
-    person = users[1]
-    build(spark, tmp_path / "with", rows)
-    build(spark, tmp_path / "without", rows.filter([user != person for user in rows.column("domain_userid").to_pylist()]))
-    before = comparable_tables(tmp_path / "with" / "warehouse")
-    assert before != comparable_tables(tmp_path / "without" / "warehouse"), "the person is in the first warehouse"
+    person = sorted({user for user in rows.column("domain_userid").to_pylist() if user})[1]
+    build(spark, base / "with", rows)
+    build(spark, base / "without", rows.filter([user != person for user in rows.column("domain_userid").to_pylist()]))
+    assert comparable_tables(base / "with" / "warehouse") != comparable_tables(base / "without" / "warehouse")
+    return rows, person, base
+
+
+def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spark, tmp_path, capsys):
+    rows, person, base = built
+    shutil.copytree(base / "with", tmp_path / "with")
 
     with scenario_environment(tmp_path / "with" / "warehouse", tmp_path / "with" / "source", SETTINGS, home=tmp_path / "with" / "home"):
         capsys.readouterr()
@@ -102,9 +114,9 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
     assert keyhole.success and keyhole.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}") > 0
     assert all(run.success for run in late) and sum(run.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}", 0)
                                                   for run in late) >= theirs.num_rows  # and the lookback's
-    assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(tmp_path / "without" / "warehouse")
+    assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")
     counted = days_counted(tmp_path / "with" / "warehouse")
-    assert counted == days_counted(tmp_path / "without" / "warehouse") and any(pending for _, pending in counted.values())
+    assert counted == days_counted(base / "without" / "warehouse") and any(pending for _, pending in counted.values())
     erased = json.loads(request["rows"])
     assert request["status"] == "Processed" and all(erased[table] > 0 for table in HELD), erased
     printed = {line.split()[0]: int(line.split()[1]) for line in said.splitlines() if line.endswith("rows erased")}
@@ -137,3 +149,41 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(spark, tmp_
                 assert "not found" in str(unreadable).lower() or "no such file" in str(unreadable).lower(), unreadable
                 continue
             assert person not in rows.column(column).to_pylist(), f"{table} version {version} still reads the person"
+
+
+KILLED = """
+import os, signal, sys
+from incremental_assets import cli
+from incremental_assets.lib.upkeep import erasure
+
+delete = erasure.delete_rows
+
+def deleted_then_killed(spark, uri, matching, on, user_metadata):
+    rows = delete(spark, uri, matching, on, user_metadata=user_metadata)
+    if uri.rstrip("/").endswith("/" + sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rows
+
+erasure.delete_rows = deleted_then_killed
+cli.main(["forget", "--key", sys.argv[2]])
+"""
+
+
+def test_a_forget_killed_half_way_is_finished_by_the_same_command(built, spark, tmp_path):
+    rows, person, base = built
+    shutil.copytree(base / "with", tmp_path / "with")
+    warehouse = tmp_path / "with" / "warehouse"
+    before = {table: DeltaTable(str(warehouse / table)).to_pyarrow_table().num_rows for table in HELD}
+    with scenario_environment(warehouse, tmp_path / "with" / "source", SETTINGS, home=tmp_path / "with" / "home"):
+        killed = subprocess.run([sys.executable, "-c", KILLED, "daily_aggregates", person], env=dict(os.environ),
+                                capture_output=True, text=True, timeout=900)
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
+        [half_way] = StateStore().erasure_log()
+        assert main(["forget", "--key", person]) == 0
+        [done] = StateStore().erasure_log()
+    assert half_way["status"] == "Processing" and done["request_id"] == half_way["request_id"] and done["status"] == "Processed"
+    assert comparable_tables(warehouse) == comparable_tables(base / "without" / "warehouse")
+    assert days_counted(warehouse) == days_counted(base / "without" / "warehouse")
+    after = {table: DeltaTable(str(warehouse / table)).to_pyarrow_table().num_rows for table in HELD}
+    erased = json.loads(done["rows"])
+    assert {table: erased[table] for table in HELD} == {table: before[table] - after[table] for table in HELD}, "each row counted once"

@@ -346,11 +346,32 @@ def files_left_by(uri: str, user_metadata: str, since: datetime) -> list[str] | 
     """The files that the commits named `user_metadata` (made at or after `since`) removed, or
     wrote as change data, and that are still on storage: what time travel can read until VACUUM
     deletes them. None when a commit file after `since` is gone (Delta's log cleanup)."""
+    commits = _commits_named(uri, user_metadata, since)
+    if commits is None:
+        return None
+    paths = [action[kind]["path"] for actions in commits for action in actions for kind in ("remove", "cdc") if kind in action]
+    filesystem, root = filesystem_of(uri)
+    found = filesystem.get_file_info([f"{root}/{unquote(path)}" for path in paths])
+    return [path for path, info in zip(paths, found) if info.type != pafs.FileType.NotFound]
+
+
+def rows_deleted_by(uri: str, user_metadata: str, since: datetime) -> int | None:
+    """The rows that the commits named `user_metadata` (made at or after `since`) deleted, from
+    their own metrics: true whoever committed them, a run killed after its commit too."""
+    commits = _commits_named(uri, user_metadata, since)
+    if commits is None:
+        return None
+    infos = [action["commitInfo"] for actions in commits for action in actions if "commitInfo" in action]
+    return sum(int(info.get("operationMetrics", {}).get("numTargetRowsDeleted", 0)) for info in infos)
+
+
+def _commits_named(uri: str, user_metadata: str, since: datetime) -> list[list[dict]] | None:
+    """The actions of the commits whose userMetadata is `user_metadata`, read back from the newest
+    to the first made before `since`; None when a commit file on the way is gone."""
     table = stored_table(uri)
     if table is None:
         return []
-    filesystem, root = filesystem_of(uri)
-    paths = []
+    named = []
     for version in range(table.version(), -1, -1):
         commit = _commit_actions(uri, range(version, version + 1))
         if commit is None:
@@ -359,9 +380,8 @@ def files_left_by(uri: str, user_metadata: str, since: datetime) -> list[str] | 
         if _moment(info.get("timestamp", 0)) < since.replace(tzinfo=None):  # both UTC
             break
         if info.get("userMetadata") == user_metadata:
-            paths += [action[kind]["path"] for action in commit[0] for kind in ("remove", "cdc") if kind in action]
-    found = filesystem.get_file_info([f"{root}/{unquote(path)}" for path in paths])
-    return [path for path, info in zip(paths, found) if info.type != pafs.FileType.NotFound]
+            named.append(commit[0])
+    return named
 
 
 def data_files(table: deltalake.DeltaTable) -> pa.Table:

@@ -25,7 +25,7 @@ from pydantic import Field
 
 from incremental_assets.lib.catalog import DAILY_MANIFEST, ERASURE_LOG, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
 from incremental_assets.lib.delta.conditional import ensure_conditional_writes
-from incremental_assets.lib.delta.log import data_files, read_rows, stored_table
+from incremental_assets.lib.delta.log import data_files, read_rows, rows_deleted_by, stored_table
 from incremental_assets.lib.delta.spec import LOG_CHECKPOINTS
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
@@ -104,7 +104,6 @@ ERASURE_SCHEMA = pa.schema(
         ("physically_gone_at", UTC_TIMESTAMP),  # when no file readable through time travel holds them
     ]
 )
-ERASED = "rows erased"  # the run log's message of an erasure's delete, after its request id: what its log row sums
 RUN_LOG_SCHEMA = pa.schema(
     [
         ("day", pa.date32()),  # of recorded_at: the partition, so lease checks read recent days only
@@ -256,14 +255,12 @@ class StateStore(ConfigurableResource):
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row
 
-    def close_erasure(self, request_id: str) -> dict:
-        """The request done: its rows erased per table, summed over every attempt's run-log records."""
-        erased: dict[str, int] = {}
-        for record in self.run_log():
-            if record["status"] == PROCESSED and record["message"] == f"{request_id}: {ERASED}":
-                erased[record["asset"]] = erased.get(record["asset"], 0) + (record["rows"] or 0)
-        row = {**self.erasure_request(request_id), "status": PROCESSED, "rows": json.dumps(dict(sorted(erased.items()))),
-               "completed_at": utcnow()}
+    def close_erasure(self, request_id: str, tables: list[str]) -> dict:
+        """The request done: the rows its commits deleted, per table (from the commits' own
+        metrics, so an attempt killed between a commit and its run-log record is counted too)."""
+        request = self.erasure_request(request_id)
+        erased = {table: rows_deleted_by(self.uri(table), request_id, request["requested_at"]) for table in tables}
+        row = {**request, "status": PROCESSED, "rows": json.dumps(dict(sorted(erased.items()))), "completed_at": utcnow()}
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row
 

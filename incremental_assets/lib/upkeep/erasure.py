@@ -50,7 +50,7 @@ from incremental_assets.lib.environment import dagster_home
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.run_log import PROCESSED
-from incremental_assets.lib.state.store import ERASED, StateStore
+from incremental_assets.lib.state.store import StateStore
 
 ERASED_BY = ("attribute_key", "user_identifier", "domain_userid", "user_id")
 USER = "user_identifier"
@@ -138,10 +138,10 @@ def erase(
             on = ["attribute_key"] if table in BY_KEY else [USER]
             matching = _read(spark, uri).where(person[on[0]])
         erasure.rows[table] = delete_rows(spark, uri, matching, on, user_metadata=request_id)
-        state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: {ERASED}")
+        state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: rows erased")
     state.save_days(_processed_recounted(spark, state))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
-    state.close_erasure(request_id)
+    state.close_erasure(request_id, tables)
     state.record(run_id, ERASURE_LOG, PROCESSED, {"rows_inserted": 1}, message=f"{request_id}: recorded")
     return erasure
 

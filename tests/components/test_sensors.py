@@ -358,6 +358,7 @@ def test_rows_stamped_ahead_of_the_clock_are_requested_once_their_time_has_come(
     from incremental_assets.lib.sample.generator import SampleParams
     from incremental_assets.lib.sample.stream import generate_stream
     from incremental_assets.lib.utc import utcnow
+    from pyspark.sql import functions as F
 
     generate_stream(spark, source_table_uri(), SampleParams(users=4, days=2, events_per_day=60, start_date=date(2024, 3, 1), seed=4))
     settings = IncrementalSettings(start_date="2024-03-01")
@@ -369,9 +370,14 @@ def test_rows_stamped_ahead_of_the_clock_are_requested_once_their_time_has_come(
     assert isinstance(request, RunRequest) and request.run_key == "due-after-noon"
 
     # Stamped ahead of the sensor's clock too (a later run read up to now): named, not requested.
+    # Restamped rows, not a stream of today: the sample's users sleep at night, when its next
+    # hours hold no row.
     future = utcnow().replace(minute=0, second=0, microsecond=0)
-    generate_stream(spark, source_table_uri(), SampleParams(users=4, days=1, events_per_day=240, start_date=future.date(), seed=4),
-                    hours=future.hour + 3)
+    ahead = (spark.read.format("delta").load(source_table_uri()).limit(5)
+             .withColumn("event_id", F.concat(F.lit("ahead-"), "event_id"))
+             .withColumn("load_tstamp", F.lit(future + timedelta(hours=2)))
+             .withColumn("load_date", F.to_date("load_tstamp")))
+    ahead.write.format("delta").mode("append").save(source_table_uri())
     now = utcnow()
     assessed_by("later", RunLimits(RunState.STANDARD, now - timedelta(hours=1), now, now))
     skip = source_events_sensor(build_sensor_context(instance=instance, resources=resources))

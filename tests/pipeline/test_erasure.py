@@ -112,6 +112,8 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
         [gone] = StateStore().erasure_log()
 
     assert keyhole.success and keyhole.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}") > 0
+    account = keyhole.window
+    assert account.balanced and account.counted.get(ERASED_USER), account.describe()  # as the terminal and the run log say
     assert all(run.success for run in late) and sum(run.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}", 0)
                                                   for run in late) >= theirs.num_rows  # and the lookback's
     assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")

@@ -30,6 +30,7 @@ SKIP_REASONS = {
     "dropped_null_dvce_tstamps": "null_dvce_tstamps",
     "dropped_null_derived_tstamp": "null_derived_tstamp",
     "dropped_app_filtered": "app_filtered",
+    "dropped_erased_user": "erased_user",  # a person `forget` erased
     "null_cursor_rows": "null_cursor",
     "filtered_out_by_event_name": "event_name_filtered",
     "late_events_deferred": "late_deferred",

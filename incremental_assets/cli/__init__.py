@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from incremental_assets.lib import environment
+from incremental_assets.lib.catalog import ERASED_BY
 from incremental_assets.lib.errors import one_line
 
 
@@ -163,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument("--key", action="append", default=[], help="an identifier to erase (repeat for several)")
     forget.add_argument("--file", help="a file of identifiers, one per line")
     forget.add_argument("--status", action="store_true", help="which tables still hold files with erased rows (no JVM)")
-    forget.add_argument("--by", default="attribute_key", choices=["attribute_key", "user_identifier", "domain_userid", "user_id"],
+    forget.add_argument("--by", default="attribute_key", choices=ERASED_BY,
                         help="the column the identifiers are values of (default: the attribute key)")
     _settings_arguments(forget)
     forget.set_defaults(command=_forget)

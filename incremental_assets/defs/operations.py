@@ -18,12 +18,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from incremental_assets.lib.catalog import ERASURE_LOG, WAREHOUSE_POOL, known_incremental, maintained_tables
+from incremental_assets.lib.catalog import ERASED_BY, ERASURE_LOG, WAREHOUSE_POOL, known_incremental, maintained_tables
 from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.environment import warehouse_root
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.upkeep.apply import apply_plan
-from incremental_assets.lib.upkeep.erasure import ERASED_BY, erase, files_left
+from incremental_assets.lib.upkeep.erasure import erase, files_left
 from incremental_assets.lib.upkeep.maintenance import maintain
 from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings

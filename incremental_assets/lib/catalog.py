@@ -31,6 +31,9 @@ INCREMENTAL_MANIFEST = "incremental_manifest"
 RUN_LOG = "run_log"
 FINGERPRINTS = "table_fingerprints"
 ERASURE_LOG = "erasure_log"
+# The columns an erasure request may name people by (lib/upkeep/erasure.py): the attribute key, or
+# an identifier as filtered_events holds it.
+ERASED_BY = ("attribute_key", "user_identifier", "domain_userid", "user_id")
 
 SOURCE_GROUP = "source"
 BASE_GROUP = "incremental_base"

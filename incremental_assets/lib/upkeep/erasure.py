@@ -36,6 +36,7 @@ from incremental_assets.lib.catalog import (
     BUILT_IN_INCREMENTAL,
     DAILY_AGGREGATES,
     DAILY_MANIFEST,
+    ERASED_BY,
     ERASURE_LOG,
     EVENTS_THIS_RUN,
     FILTERED_EVENTS,
@@ -44,7 +45,7 @@ from incremental_assets.lib.catalog import (
     SESSIONS,
     extra_incremental,
 )
-from incremental_assets.lib.delta.log import files_left_by, table_exists
+from incremental_assets.lib.delta.log import files_left_by, stored_schema, stored_table, table_exists
 from incremental_assets.lib.delta.write import delete_rows
 from incremental_assets.lib.environment import dagster_home
 from incremental_assets.lib.settings import IncrementalSettings
@@ -52,7 +53,6 @@ from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
 
-ERASED_BY = ("attribute_key", "user_identifier", "domain_userid", "user_id")
 USER = "user_identifier"
 # Tables whose rows belong to an attribute key, and those whose rows belong to a user identifier.
 BY_KEY = (ATTRIBUTES_HISTORY, ATTRIBUTES, DAILY_AGGREGATES)
@@ -115,7 +115,7 @@ def erase(
     hashes = sorted({key_hash(secret, key) for key in keys})
     request_id = "erasure-" + hashlib.sha256(f"{column}|{'|'.join(hashes)}".encode()).hexdigest()[:20]
     extras = extra_incremental(incremental)
-    covered = [t.name for t in extras if table_exists(state.uri(t.name)) and USER in _columns(spark, state.uri(t.name))]
+    covered = [t.name for t in extras if table_exists(state.uri(t.name)) and USER in stored_schema(stored_table(state.uri(t.name))).fieldNames()]
     erasure = Erasure(request_id, not_covered=sorted(t.name for t in extras if t.name not in covered))
     tables = [t for t in (*BY_KEY, QUARANTINE, *covered, *BY_USER) if table_exists(state.uri(t))]
     run_id = run_id or f"{request_id}-{uuid4().hex[:8]}"
@@ -199,10 +199,6 @@ def _processed_recounted(spark, state: StateStore):
 
 def _read(spark: SparkSession, uri: str) -> DataFrame | None:
     return spark.read.format("delta").load(uri) if table_exists(uri) else None
-
-
-def _columns(spark: SparkSession, uri: str) -> list[str]:
-    return spark.read.format("delta").load(uri).columns
 
 
 def _requester(instance: DagsterInstance, run_id: str) -> str:

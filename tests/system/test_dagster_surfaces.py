@@ -131,12 +131,17 @@ def start_worker(tmp_path: Path) -> subprocess.Popen:
 
 
 def append_events(spark, source: str) -> None:
-    """The stream's next hours, up to the first that holds events: a night hour may hold none, and
-    a run over it reads nothing (and needs no Spark)."""
-    for _ in range(8):
-        if append_hours(spark, source, 1):
+    """The stream's next hours, up to the first that holds an event the source did not hold: a night
+    hour may hold none, or only a duplicate of an earlier event, and a run over it stores nothing new."""
+    def events():
+        return spark.read.format("delta").load(source).where(F.col("event_id").isNotNull()).select("event_id").distinct().count()
+
+    before = events()
+    for _ in range(12):
+        append_hours(spark, source, 1)
+        if events() > before:
             return
-    raise AssertionError("eight hours of the stream without an event")
+    raise AssertionError("twelve hours of the stream without a new event")
 
 
 def in_a_spark_step(instance: DagsterInstance) -> str | None:
@@ -152,6 +157,16 @@ def not_yet_stored(spark, source: str) -> set[str]:
     """The source's events whose load time has come that filtered_events does not hold."""
     due = spark.read.format("delta").load(source).where(F.col("load_tstamp") <= F.lit(utcnow())).select("event_id")
     return {row.event_id for row in due.subtract(read_table(spark, StateStore().uri(FILTERED_EVENTS)).select("event_id")).collect()}
+
+
+def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
+    """What a failed assertion about the daemon's runs needs: each run, where it executed, and the worker's last lines."""
+    lines = []
+    for run in reversed(instance.get_runs(limit=12)):
+        where = run.tags.get(WORKER_TAG) or next((log.message for log in instance.all_logs(run.run_id)
+                                                  if "in its own process" in (log.message or "")), "?")
+        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {sorted(run.tags)}: {where}")
+    return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]
 
 
 def wait_for(what, condition, seconds: float):
@@ -223,7 +238,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(60)
             worker = start_worker(tmp_path)
-            assert not_yet_stored(spark, source) > dropped, "the killed run wrote nothing"
+            assert not_yet_stored(spark, source) > dropped, f"the new load was stored before the kill: {jvm}\n{runs_told(instance, tmp_path)}"
             wait_for("the killed run's window run again", lambda: any(
                 run.status == DagsterRunStatus.SUCCESS for run in instance.get_runs(RunsFilter(tags={RETRY_TAG: killed}))), 900)
             assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE

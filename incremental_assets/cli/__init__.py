@@ -163,6 +163,8 @@ def _parser() -> argparse.ArgumentParser:
     forget = commands.add_parser("forget", help="erase one person's rows from every table, with an audit record (docs/operations.md)")
     forget.add_argument("--key", action="append", default=[], help="an identifier to erase (repeat for several)")
     forget.add_argument("--file", help="a file of identifiers, one per line")
+    forget.add_argument("--source", action="store_true", help="delete their rows from the source table too (its owner's VACUUM "
+                        "makes them unreadable there); without it, every run drops them")
     forget.add_argument("--status", action="store_true", help="which tables still hold files with erased rows (no JVM)")
     forget.add_argument("--by", default="attribute_key", choices=ERASED_BY,
                         help="the column the identifiers are values of (default: the attribute key)")
@@ -400,7 +402,7 @@ def _forget(args) -> int:
     if args.status:
         return _erasure_status()
     keys = [*args.key, *(Path(args.file).read_text().splitlines() if args.file else [])]
-    erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings))
+    erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings), source=args.source)
     for table, rows in erasure.rows.items():
         print(f"  {table:<28} {rows:>8} rows erased")
     for table in erasure.not_covered:
@@ -411,7 +413,7 @@ def _forget(args) -> int:
 
 def _erasure_status() -> int:
     from incremental_assets.lib.state.store import StateStore
-    from incremental_assets.lib.upkeep.erasure import files_left
+    from incremental_assets.lib.upkeep.erasure import SOURCE, files_left
 
     state = StateStore()
     left = files_left(state)
@@ -422,9 +424,12 @@ def _erasure_status() -> int:
         for table, files in left.get(request["request_id"], {}).items():
             held = "unknown: its commits' log is cleaned up" if files is None else f"{len(files)} file(s) readable through time travel"
             print(f"  {table:<28} {held}" if files != [] else f"  {table:<28} gone")
-    if any(files != [] for tables in left.values() for files in tables.values()):
+    held = {table for tables in left.values() for table, files in tables.items() if files != []}
+    if held - {SOURCE}:
         print("Erased rows stay in files time travel reads until maintenance_job vacuums them (maintenance_retention_hours "
               "after the erasure; docs/operations.md, Erasure)")
+    if SOURCE in held:
+        print("The source's files are its owner's to vacuum: maintenance_job does not touch the source table")
     return 0
 
 

@@ -143,6 +143,7 @@ class ForgetConfig(Config):
 
     keys: list[str] = Field(description="The identifiers of the people to erase (values of `by`)")
     by: str = Field(default="attribute_key", description=f"The column the keys are values of: one of {', '.join(ERASED_BY)}")
+    source: bool = Field(default=False, description="Delete their rows from the source table too (else every run drops them)")
 
 
 @op(out=Out(Nothing), pool=WAREHOUSE_POOL,
@@ -151,7 +152,7 @@ class ForgetConfig(Config):
 def forget_keys(context: OpExecutionContext, config: ForgetConfig, settings: IncrementalSettings, spark: SparkResource) -> Output:
     try:
         erasure = erase(settings, config.keys, config.by, spark.spark_session, context.instance, known_incremental(context),
-                        run_id=context.run_id)
+                        run_id=context.run_id, source=config.source)
     except ValueError as refused:
         raise Failure(str(refused), allow_retries=False) from None
     return Output(None, metadata={

@@ -13,24 +13,31 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pytest
-from dagster import DagsterInstance
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from deltalake import DeltaTable
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_incremental, run_until_caught_up
 from incremental_assets.definitions import build_definitions
+from incremental_assets.lib.delta import write
+from incremental_assets.lib.catalog import INCREMENTAL_JOB, WINDOW_TAG
+from incremental_assets.lib.delta.log import filesystem_of
 from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import write_events
+from incremental_assets.lib.state.hooks import LIVE
 from incremental_assets.lib.state.store import StateStore
-from incremental_assets.lib.transforms.sessions import ERASED_USER
+from incremental_assets.lib.transforms.sessions import ERASED_USER, user_id
 from incremental_assets.lib.utc import utcnow
+from tests.s3_server import BUCKET
+from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, ticks, wait_for
 from tests.warehouse_tables import COMPARED, REFERENCE_DAY, comparable_tables, scenario_environment
 
 PARAMS = SampleParams(users=6, days=3, events_per_day=150, start_date=(utcnow() - timedelta(days=6)).date(), seed=41,
@@ -54,6 +61,48 @@ def days_counted(warehouse) -> dict:
     return {row["event_date"]: (row["processed_events"], row["pending_late_events"]) for row in rows}
 
 
+def load_again(spark, rows: pa.Table, person: str, source: str, ids: str = "") -> pa.Table:
+    """A loader appends the person's events again, loaded a minute ago (event ids prefixed with `ids`:
+    "" for the same events, else new ones at the same times); returns them."""
+    theirs = rows.filter(pc.equal(rows.column("domain_userid"), person))
+    now, count = utcnow() - timedelta(minutes=1), theirs.num_rows
+    replaced = {"load_tstamp": pa.array([now] * count, theirs.schema.field("load_tstamp").type),
+                "load_date": pa.array([now.date()] * count, pa.date32()),
+                "event_id": pc.binary_join_element_wise(pa.array([ids] * count), theirs.column("event_id"), "")}
+    for name, values in replaced.items():
+        theirs = theirs.set_column(theirs.schema.get_field_index(name), name, values)
+    write_events(spark, spark.createDataFrame(theirs, STREAM_SCHEMA), source, "append")
+    return theirs
+
+
+def settled(instance: DagsterInstance, since: float) -> bool:
+    """No run in flight, and the requesting sensors have each looked twice since `since` and since
+    the last run ended."""
+    records = instance.get_run_records()
+    if any(record.dagster_run.status in LIVE for record in records):
+        return False
+    last = max([since, *(record.end_time for record in records if record.end_time)])
+    return all(sum(tick.timestamp > last for tick in ticks(instance, name)) >= 2
+               for name in ("source_events_sensor", "attributes_after_daily_aggregates"))
+
+
+def unreadable_before(warehouse: str, request_id: str, person: str, source: str | None = None) -> None:
+    """At every version of each table (and the source, if given) before the erasure: its files are
+    gone, or none holds the person's rows."""
+    for table in (*HELD, *(["source"] if source else [])):
+        uri = source if table == "source" else f"{warehouse}/{table}"
+        erasing = next(h["version"] for h in DeltaTable(uri).history() if h.get("userMetadata") == request_id)
+        column = {"filtered_events": "user_identifier", "sessions": "user_identifier", "sessions_lifecycle_manifest": "user_identifier",
+                  "source": "domain_userid"}.get(table, "attribute_key")
+        for version in range(erasing):
+            try:
+                rows = DeltaTable(uri, version=version).to_pyarrow_table(columns=[column])
+            except Exception as unreadable:  # noqa: BLE001 - deltalake names a missing file in its own error types
+                assert "not found" in str(unreadable).lower() or "no such file" in str(unreadable).lower(), unreadable
+                continue
+            assert person not in rows.column(column).to_pylist(), f"{table} version {version} still reads the person"
+
+
 @pytest.fixture(scope="module")
 def built(spark, tmp_path_factory):
     """The stream's warehouse with the person, to copy, and the one built without their events."""
@@ -64,6 +113,21 @@ def built(spark, tmp_path_factory):
     build(spark, base / "without", rows.filter([user != person for user in rows.column("domain_userid").to_pylist()]))
     assert comparable_tables(base / "with" / "warehouse") != comparable_tables(base / "without" / "warehouse")
     return rows, person, base
+
+
+def test_a_source_row_is_deleted_by_the_user_identifier_computed_from_it_and_the_commit_names_no_value(spark, tmp_path):
+    """delete_rows with a derived key (a source's user identifier, the first non-blank of user_id and
+    domain_userid): the person "d1" is the row whose identifier is d1, not every row with domain_userid d1."""
+    uri = str(tmp_path / "source")
+    rows = [("u1", "d1", 1), (" ", "d1", 2), ("u2", "d1", 3), (None, "d2", 4), (None, None, 5)]
+    spark.createDataFrame(rows, "user_id string, domain_userid string, n int").write.format("delta").save(uri)
+    identifier = user_id(IncrementalSettings(user_identifiers=["user_id", "domain_userid"]))
+    person = spark.createDataFrame([("d1",)], "user_identifier string")
+    deleted = write.delete_rows(spark, uri, person, ["user_identifier"], user_metadata="erasure-test", derived={"user_identifier": identifier})
+    left = sorted(row.n for row in spark.read.format("delta").load(uri).collect())
+    [commit] = [h for h in DeltaTable(uri).history() if h.get("userMetadata") == "erasure-test"]
+    assert (deleted, left) == (1, [1, 3, 4, 5])
+    assert "d1" not in json.dumps(commit) and "domain_userid" in json.dumps(commit), commit
 
 
 def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spark, tmp_path, capsys):
@@ -85,13 +149,7 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
         # The source still holds the person's rows (no --source): a keyhole over all of it, then a
         # loader that brings their events again, loaded now. Every one is dropped as erased.
         keyhole = run_incremental(settings, lower=str(PARAMS.start), upper=str(utcnow()), instance=instance)
-        theirs = rows.filter(pc.equal(rows.column("domain_userid"), person))
-        now = utcnow() - timedelta(minutes=1)
-        again_loaded = theirs.set_column(theirs.schema.get_field_index("load_tstamp"), "load_tstamp",
-                                         pa.array([now] * theirs.num_rows, theirs.schema.field("load_tstamp").type))
-        again_loaded = again_loaded.set_column(again_loaded.schema.get_field_index("load_date"), "load_date",
-                                               pa.array([now.date()] * theirs.num_rows, pa.date32()))
-        write_events(spark, spark.createDataFrame(again_loaded, STREAM_SCHEMA), str(tmp_path / "with" / "source"), "append")
+        theirs = load_again(spark, rows, person, str(tmp_path / "with" / "source"))
         late = run_until_caught_up(settings, report=lambda line: None, instance=instance)
 
         # Physically: the rewritten files stay for time travel until VACUUM (here as if its
@@ -139,18 +197,10 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
 
     assert all(f"{table:<28} " in held_before and "readable through time travel" in held_before for table in HELD), held_before
     assert "filtered_events" in cdc_left and "readable through time travel" in cdc_left, cdc_left
-    assert all(line.split()[-1] == "gone" for line in held_after.splitlines() if line.startswith("  ")), held_after
+    assert "physically gone" in held_after and all(line.split()[-1] == "gone" for line in held_after.splitlines()
+                                                   if line.startswith("  ")), held_after
     assert maintained.success and gone["physically_gone_at"] is not None
-    for table in HELD:  # every version before the erasure: its files gone, or none with the person's rows
-        erasing = next(h["version"] for h in DeltaTable(str(warehouse / table)).history() if h.get("userMetadata") == request["request_id"])
-        column = "user_identifier" if table in ("filtered_events", "sessions", "sessions_lifecycle_manifest") else "attribute_key"
-        for version in range(erasing):
-            try:
-                rows = DeltaTable(str(warehouse / table), version=version).to_pyarrow_table(columns=[column])
-            except Exception as unreadable:  # noqa: BLE001 - deltalake names a missing file in its own error types
-                assert "not found" in str(unreadable).lower() or "no such file" in str(unreadable).lower(), unreadable
-                continue
-            assert person not in rows.column(column).to_pylist(), f"{table} version {version} still reads the person"
+    unreadable_before(str(warehouse), request["request_id"], person)
 
 
 KILLED = """
@@ -189,3 +239,101 @@ def test_a_forget_killed_half_way_is_finished_by_the_same_command(built, spark, 
     after = {table: DeltaTable(str(warehouse / table)).to_pyarrow_table().num_rows for table in HELD}
     erased = json.loads(done["rows"])
     assert {table: erased[table] for table in HELD} == {table: before[table] - after[table] for table in HELD}, "each row counted once"
+
+
+def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_without_them(built, s3, tmp_path, monkeypatch, capsys):
+    """The same warehouse and its source in a bucket of moto's S3 server: `forget --source` as a
+    command deletes the person's rows from the source too, `--status` and the maintenance job read
+    and delete there, and no earlier version of a table reads the person."""
+    rows, person, base = built
+    warehouse, source = f"s3a://{BUCKET}/erasure/warehouse", f"s3://{BUCKET}/erasure/source"
+    for local, remote in ((base / "with" / "warehouse", warehouse), (base / "with" / "source", source)):
+        filesystem, root = filesystem_of(remote)
+        pafs.copy_files(str(local), root, destination_filesystem=filesystem)
+    shutil.copytree(base / "with" / "home", tmp_path / "home")
+
+    with scenario_environment(warehouse, source, SETTINGS, home=tmp_path / "home"):
+        forgot = subprocess.run([sys.executable, "-m", "incremental_assets", "forget", "--key", person, "--source"],
+                                env=dict(os.environ), capture_output=True, text=True, timeout=900)
+        assert forgot.returncode == 0, forgot.stdout[-3000:] + forgot.stderr[-3000:]
+        [request] = StateStore().erasure_log()
+        status = subprocess.run([sys.executable, "-m", "incremental_assets", "forget", "--status"], env=dict(os.environ),
+                                capture_output=True, text=True, timeout=300)
+        for table in json.loads(request["rows"]):  # as if the retention had passed: every file no version needs
+            uri = source if table == "source" else f"{warehouse}/{table}"  # the source's, as its owner would
+            DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        # The change data files the erasure wrote are past the maintenance job's retention eight days on.
+        with monkeypatch.context() as later:
+            later.setattr(write, "datetime", EightDaysOn)
+            maintained = build_definitions(IncrementalSettings(**SETTINGS)).resolve_job_def("maintenance_job").execute_in_process(
+                instance=DagsterInstance.ephemeral())
+        [gone] = StateStore().erasure_log()
+        capsys.readouterr()
+        assert main(["forget", "--status"]) == 0
+        after = capsys.readouterr().out
+
+    assert all(f"{table:<28} " in status.stdout and "readable through time travel" in status.stdout for table in (*HELD, "source")), status
+    assert "owner's to vacuum" in status.stdout, status.stdout
+    left = DeltaTable(source).to_pyarrow_table(columns=["domain_userid"]).column(0).to_pylist()
+    assert person not in left and len(left) == rows.num_rows - rows.column("domain_userid").to_pylist().count(person)
+    assert json.loads(request["rows"])["source"] == rows.num_rows - len(left)
+    assert maintained.success and gone["physically_gone_at"] is not None
+    assert "physically gone" in after and "readable" not in after, after
+    assert request["status"] == "Processed" and all(json.loads(request["rows"])[table] > 0 for table in HELD), request
+    assert person not in json.dumps(DeltaTable(f"{warehouse}/erasure_log").to_pyarrow_table().to_pylist(), default=str)
+    assert comparable_tables(warehouse) == comparable_tables(base / "without" / "warehouse")
+    assert days_counted(warehouse) == days_counted(base / "without" / "warehouse")
+    unreadable_before(warehouse, request["request_id"], person, source)
+
+
+class EightDaysOn(datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.now(tz) + timedelta(days=8)
+
+
+def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_their_runs_stored(built, spark, tmp_path):
+    """The daemon left alone with its sensors (every 5 s): a loader brings new events of the person;
+    while the sensors' run of that load executes, forget_job is launched as the UI's launchpad
+    launches it. It queues behind the run (the warehouse's pool), then erases what that run stored,
+    and whatever the sensors launch after it leaves the warehouse built without the person."""
+    rows, person, base = built
+    shutil.copytree(base / "with", tmp_path / "with")
+    home, workspace = a_home(tmp_path), a_workspace(tmp_path)
+    settings = {**SETTINGS, "sensor_interval_seconds": 5}
+    with scenario_environment(tmp_path / "with" / "warehouse", tmp_path / "with" / "source", settings, home):
+        instance = DagsterInstance.get()
+        daemon = subprocess.Popen([BIN / "dagster-daemon", "run", "-w", workspace], env=dict(os.environ), cwd=tmp_path,
+                                  stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            # Whatever the sensors make of the copied warehouse first (time has passed since it was built).
+            started = time.time()
+            wait_for("the sensors to have nothing to launch", lambda: settled(instance, started), 600)
+            loaded_at = load_again(spark, rows, person, str(tmp_path / "with" / "source"), ids="new-")["load_tstamp"][0].as_py().replace(tzinfo=None)
+
+            def storing_the_load():  # the first run's window may end before the load (a window is a day at most here)
+                return next((run for run in instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, statuses=[DagsterRunStatus.STARTED]))
+                             if datetime.fromisoformat(run.tags[WINDOW_TAG].split("..")[1]) >= loaded_at), None)
+
+            load = wait_for("the sensors' run of the load to start", storing_the_load, 600)
+            config = {"ops": {"forget_keys": {"config": {"keys": [person]}}}}
+            launched = subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "forget_job", "--config-json",
+                                       json.dumps(config)], env=dict(os.environ), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+            assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
+            [forget], launched_at = instance.get_runs(RunsFilter(job_name="forget_job")), time.time()
+            wait_for("forget_job, then every run the sensors launch after it", lambda: settled(instance, launched_at), 900)
+        finally:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            daemon.wait(60)
+        runs = instance.get_run_records()
+        stored_then = json.loads(StateStore().erasure_log()[0]["rows"])
+
+    logs = (tmp_path / "daemon.log").read_text()[-3000:]
+    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in runs), logs
+    [load_record] = [r for r in runs if r.dagster_run.run_id == load.run_id]
+    [forget_record] = [r for r in runs if r.dagster_run.run_id == forget.run_id]
+    assert forget_record.start_time >= load_record.end_time, "forget_job waited for the run in flight"
+    stored = DeltaTable(str(base / "with" / "warehouse" / "filtered_events")).to_pyarrow_table(columns=["user_identifier"])
+    assert stored_then["filtered_events"] > pc.sum(pc.equal(stored.column(0), person)).as_py(), "and the person's new events"
+    assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")
+    assert days_counted(tmp_path / "with" / "warehouse") == days_counted(base / "without" / "warehouse")

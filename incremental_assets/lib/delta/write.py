@@ -222,12 +222,17 @@ def empty(uri: str, txn: Txn | None = None) -> WriteResult | None:
     return WriteResult(stored.version(), "DELETE", {"numDeletedRows": int(deleted.get("num_deleted_rows", 0))})
 
 
-def delete_rows(spark: SparkSession, uri: str, matching: DataFrame, on: Sequence[str], user_metadata: str) -> int:
+def delete_rows(
+    spark: SparkSession, uri: str, matching: DataFrame, on: Sequence[str], user_metadata: str,
+    derived: Mapping[str, Column] | None = None,
+) -> int:
     """Delete the rows that share `on` with `matching` (an erasure), as a MERGE that rewrites the
     files that held them: its commit records the join on column names alone, never a value (a
-    DELETE records its whole predicate). `user_metadata` names the commit. The rows deleted."""
+    DELETE records its whole predicate). `derived`: keys the target computes from its columns
+    (a source's user identifier), recorded as their expressions. `user_metadata` names the commit.
+    The rows deleted."""
     target = path_identifier(uri)
-    merge = matching.select(*on).distinct().alias("s").mergeInto(target, _on_keys(target, on)).whenMatched().delete()
+    merge = matching.select(*on).distinct().alias("s").mergeInto(target, _on_keys(target, on, derived)).whenMatched().delete()
     return _merged(spark, merge, deltalake.DeltaTable(uri), uri, {USER_METADATA_CONF: user_metadata}).rows_deleted
 
 
@@ -429,9 +434,11 @@ def _apply_changes(
     return _merged(spark, merge, table, uri, {USER_METADATA_CONF: user_metadata} if user_metadata else {})
 
 
-def _on_keys(target: str, keys: Sequence[str]) -> Column:
-    """The target's rows (named through its table) and the source's `s` that share `keys`."""
-    return reduce(Column.__and__, [F.col(f"{target}.`{key}`").eqNullSafe(F.col(f"s.`{key}`")) for key in keys])
+def _on_keys(target: str, keys: Sequence[str], derived: Mapping[str, Column] | None = None) -> Column:
+    """The target's rows (named through its table) and the source's `s` that share `keys`; a key
+    in `derived` is the target's expression, not its column."""
+    return reduce(Column.__and__, [(derived or {}).get(key, F.col(f"{target}.`{key}`")).eqNullSafe(F.col(f"s.`{key}`"))
+                                   for key in keys])
 
 
 def _merged(spark: SparkSession, merge, table: deltalake.DeltaTable, uri: str, session_conf: Mapping[str, str]) -> WriteResult:

@@ -255,11 +255,11 @@ class StateStore(ConfigurableResource):
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row
 
-    def close_erasure(self, request_id: str, tables: list[str]) -> dict:
-        """The request done: the rows its commits deleted, per table (from the commits' own
-        metrics, so an attempt killed between a commit and its run-log record is counted too)."""
+    def close_erasure(self, request_id: str, tables: Mapping[str, str]) -> dict:
+        """The request done: the rows its commits deleted, per table (name: URI), from the commits'
+        own metrics, so an attempt killed between a commit and its run-log record is counted too."""
         request = self.erasure_request(request_id)
-        erased = {table: rows_deleted_by(self.uri(table), request_id, request["requested_at"]) for table in tables}
+        erased = {table: rows_deleted_by(uri, request_id, request["requested_at"]) for table, uri in tables.items()}
         row = {**request, "status": PROCESSED, "rows": json.dumps(dict(sorted(erased.items()))), "completed_at": utcnow()}
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row

@@ -9,9 +9,11 @@ resolved from may be gone) and finishes what is left; every step is a delete or 
 the one adjustment that is not (the days' pending late events) commits once, under a Delta
 transaction identifier of the request.
 
-Order: the daily manifest's pending counts first (they need the person's rows), then the tables
-downstream to upstream, the lifecycle manifest last (quarantined_sessions find the person's
-sessions there), then the days' processed counts recounted from daily_aggregates.
+Order: the source when asked (`source`), then the daily manifest's pending counts (they need the
+person's rows), then the tables downstream to upstream, the lifecycle manifest last
+(quarantined_sessions find the person's sessions there), then the days' processed counts
+recounted from daily_aggregates. A source left as it is keeps the person's rows there: every run's
+window drops them (`tombstones`).
 """
 
 from __future__ import annotations
@@ -47,16 +49,18 @@ from incremental_assets.lib.catalog import (
 )
 from incremental_assets.lib.delta.log import files_left_by, stored_schema, stored_table, table_exists
 from incremental_assets.lib.delta.write import delete_rows
-from incremental_assets.lib.environment import dagster_home
+from incremental_assets.lib.environment import dagster_home, source_table_uri
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.sessions import user_id
 
 USER = "user_identifier"
 # Tables whose rows belong to an attribute key, and those whose rows belong to a user identifier.
 BY_KEY = (ATTRIBUTES_HISTORY, ATTRIBUTES, DAILY_AGGREGATES)
 BY_USER = (SESSIONS, EVENTS_THIS_RUN, FILTERED_EVENTS, LIFECYCLE)
+SOURCE = "source"  # the source table, in a request's rows per table
 
 
 @dataclass
@@ -96,14 +100,15 @@ def key_hash(secret: str, key: str) -> str:
     return hashlib.sha256(f"{secret}{key}".encode()).hexdigest()
 
 
-def hashed(column: str, secret: str) -> Column:
+def hashed(column: str | Column, secret: str) -> Column:
     """`key_hash` of a column's values, in Spark (the same digest for the same string)."""
-    return F.sha2(F.concat(F.lit(secret), F.col(column).cast("string")), 256)
+    values = F.col(column) if isinstance(column, str) else column
+    return F.sha2(F.concat(F.lit(secret), values.cast("string")), 256)
 
 
 def erase(
     settings: IncrementalSettings, keys: Iterable[str], by: str, spark: SparkSession, instance: DagsterInstance,
-    incremental: Iterable[str] = BUILT_IN_INCREMENTAL, run_id: str | None = None,
+    incremental: Iterable[str] = BUILT_IN_INCREMENTAL, run_id: str | None = None, source: bool = False,
 ) -> Erasure:
     if by not in ERASED_BY:
         raise ValueError(f"--by {by!r}: expected one of {', '.join(ERASED_BY)}")
@@ -128,6 +133,12 @@ def erase(
     users, attribute_keys = request["user_hashes"], request["attribute_key_hashes"]
     person = {USER: hashed(USER, secret).isin(users), "attribute_key": hashed("attribute_key", secret).isin(attribute_keys)}
 
+    uris = {table: state.uri(table) for table in tables}
+    if source:  # its rows by the user identifier the runs compute from them: the commit names no value
+        uris = {SOURCE: source_table_uri(), **uris}
+        identified = _read(spark, uris[SOURCE]).where(hashed(user_id(settings), secret).isin(users))
+        erasure.rows[SOURCE] = delete_rows(spark, uris[SOURCE], identified.select(user_id(settings).alias(USER)), [USER],
+                                           user_metadata=request_id, derived={USER: user_id(settings)})
     if not state.applied_once(request_id):
         state.save_days(_pending_without(spark, state, person), once_as=request_id)
     for table in tables:
@@ -141,7 +152,7 @@ def erase(
         state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: rows erased")
     state.save_days(_processed_recounted(spark, state))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
-    state.close_erasure(request_id, tables)
+    state.close_erasure(request_id, uris)
     state.record(run_id, ERASURE_LOG, PROCESSED, {"rows_inserted": 1}, message=f"{request_id}: recorded")
     return erasure
 
@@ -154,7 +165,8 @@ def files_left(state: StateStore) -> dict[str, dict[str, list[str] | None]]:
         if request["status"] != PROCESSED or request["physically_gone_at"] is not None:
             continue
         erased = json.loads(request["rows"] or "{}")
-        left[request["request_id"]] = {table: files_left_by(state.uri(table), request["request_id"], request["requested_at"])
+        uri = {SOURCE: source_table_uri()}.get
+        left[request["request_id"]] = {table: files_left_by(uri(table) or state.uri(table), request["request_id"], request["requested_at"])
                                        for table, rows in erased.items() if rows}
     return left
 

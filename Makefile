@@ -9,7 +9,7 @@ CHROMIUM := /usr/bin/chromium
 POSTGRES := /usr/lib/postgresql
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test soak bench bench-maintenance bench-process bench-object-store bench-history ui clean
+.PHONY: setup demo test soak bench bench-maintenance bench-process bench-object-store bench-history bench-erasure ui clean
 
 # Packages (again only when pyproject.toml changes), then the Delta jars (resolved once from
 # Maven Central into .cache/, a quick no-op after) and the Dagster home.
@@ -68,6 +68,11 @@ bench-object-store: setup
 # key, a point-in-time lookup of 100,000 examples (benchmarks/results/attributes_history.json; make bench adds it).
 bench-history: setup
 	$(BIN)/python benchmarks/history.py --reps 3
+
+# Seconds per forgotten person against the warehouse's size, at a real site's shape
+# (benchmarks/results/erasure.json; make bench adds it).
+bench-erasure: setup
+	$(BIN)/python benchmarks/erasure.py
 
 # Not part of make test: the batching property searched longer (hypothesis' soak profile), and the
 # crash matrix (tests/soak/, a process per failure).

@@ -56,7 +56,7 @@ from incremental_assets.lib.sample.generator import SampleParams  # noqa: E402
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state  # noqa: E402
 from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
 from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
-from measure import cold_spark_start_seconds, floor_write, loaded  # noqa: E402
+from measure import cold_spark_start_seconds, floor_write, loaded, users_for  # noqa: E402
 from report import write_report  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -96,11 +96,11 @@ class Bench:
         os.environ.pop("INCREMENTAL_ASSETS_SOURCE", None)
         return environment.table_uri(environment.ATOMIC_EVENTS)
 
-    def stream(self, name: str, days: int, events_per_day: int) -> tuple[str, SampleParams]:
+    def stream(self, name: str, days: int, events_per_day: int, shape: str = "dense") -> tuple[str, SampleParams]:
         """A sample stream of `days` days that ends two days before today (so its next hours are past)."""
         source = self.warehouse(name)
         params = SampleParams(
-            users=max(40, events_per_day // 50), days=days + 10, events_per_day=events_per_day,
+            users=users_for(events_per_day, shape), days=days + 10, events_per_day=events_per_day,
             start_date=date.today() - timedelta(days=days + 2), seed=11,
         )
         generate_stream(self.spark, source, params, hours=days * 24)

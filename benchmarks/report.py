@@ -27,6 +27,7 @@ PROCESS_SITE = HERE / "results" / "process-site.json"
 SITE_TITLE = "A run as a whole process, at a real site's shape"
 OBJECT_STORE = HERE / "results" / "object_store.json"
 HISTORY = HERE / "results" / "attributes_history.json"
+ERASURE = HERE / "results" / "erasure.json"
 TOP = 5  # rows of a "where the time goes" table
 
 # The project's performance targets, marked met or not beside each figure.
@@ -376,6 +377,31 @@ def maintenance(m: dict) -> list[str]:
     ]
 
 
+def erasure(e: dict) -> list[str]:
+    """Seconds per forget request against the warehouse's size."""
+    keys = sorted({request["keys"] for history in e["histories"].values() for request in history["requests"]})
+    command = (f".venv/bin/python benchmarks/erasure.py --events-per-day {e['events_per_day']} --histories "
+               + " ".join(e["histories"]) + " --keys " + " ".join(map(str, keys)))
+    header = ["days of history", "filtered_events rows", "attributes_history rows",
+              *(f"{n} key{'s' if n > 1 else ''}: s (s per key)" for n in keys)]
+    rows = []
+    for days, history in e["histories"].items():
+        timed = {request["keys"]: f"{request['seconds']} ({request['seconds_per_key']})" for request in history["requests"]}
+        rows.append([days, f"{history['rows_before']['filtered_events']:,}", f"{history['rows_before']['attributes_history']:,}",
+                     *(timed.get(n, "—") for n in keys)])
+    return [
+        "## Erasure",
+        "",
+        (f"`forget` of people never forgotten before, as the command runs it (resolve, delete from every table, recount, "
+         f"audit), at a real site's shape ({e['events_per_day']:,} events a day). Command: `{command}`."),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(map(str, row)) + " |" for row in rows),
+        "",
+    ]
+
+
 # The parts other commands measure, by their section's title: rendered from their numbers when
 # there, else kept as results.md has them.
 PARTS = (
@@ -384,6 +410,7 @@ PARTS = (
     ("Local disk and an object store, side by side", OBJECT_STORE, object_store),
     ("Maintenance", MAINTENANCE, maintenance),
     ("Attributes history", HISTORY, attributes_history),
+    ("Erasure", ERASURE, erasure),
 )
 
 

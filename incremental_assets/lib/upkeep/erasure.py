@@ -9,8 +9,8 @@ resolved from may be gone) and finishes what is left; every step is a delete or 
 the one adjustment that is not (the days' pending late events) commits once, under a Delta
 transaction identifier of the request.
 
-Order: the source when asked (`source`), then the daily manifest's pending counts (they need the
-person's rows), then the tables downstream to upstream, the lifecycle manifest last
+Order: the source when asked (`source`), then the daily manifest's pending and late counts (they
+need the person's rows), then the tables downstream to upstream, the lifecycle manifest last
 (quarantined_sessions find the person's sessions there), then the days' processed counts
 recounted from daily_aggregates. A source left as it is keeps the person's rows there: every run's
 window drops them (`tombstones`).
@@ -54,6 +54,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import alive_in
 from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.daily import day_arrivals
 from incremental_assets.lib.transforms.sessions import user_id
 
 USER = "user_identifier"
@@ -140,7 +141,7 @@ def erase(
         erasure.rows[SOURCE] = delete_rows(spark, uris[SOURCE], identified.select(user_id(settings).alias(USER)), [USER],
                                            user_metadata=request_id, derived={USER: user_id(settings)})
     if not state.applied_once(request_id):
-        state.save_days(_pending_without(spark, state, person), once_as=request_id)
+        state.save_days(_days_without(spark, state, person), once_as=request_id)
     for table in tables:
         uri = state.uri(table)
         if table == QUARANTINE:
@@ -185,18 +186,23 @@ def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[
     return sorted(users), sorted(keys)
 
 
-def _pending_without(spark, state: StateStore, person: dict[str, Column]):
-    """The days whose pending late events included the person's: their events held but not yet
-    aggregated (filtered_events' rows of the day beyond what daily_aggregates counted)."""
+def _days_without(spark, state: StateStore, person: dict[str, Column]):
+    """The days that counted the person's events, without them: their pending late events (held
+    in filtered_events but not yet aggregated: beyond what daily_aggregates counted) and their
+    late events total (the arrival rule's late rows, as the runs that inserted them counted)."""
     events, daily = _read(spark, state.uri(FILTERED_EVENTS)), _read(spark, state.uri(DAILY_AGGREGATES))
     if events is None:
         return []
-    held = {r.event_date: r["count"] for r in events.where(person[USER]).groupBy("event_date").count().collect()}
     counted = {} if daily is None else {
         r.event_date: r.events for r in daily.where(person["attribute_key"]).groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
-    known = state.days()
-    return [replace(known[day], pending_late_events=max(0, known[day].pending_late_events - (n - counted.get(day, 0))))
-            for day, n in held.items() if day in known and n > counted.get(day, 0)]
+    known, days = state.days(), []
+    for theirs in day_arrivals(events.where(person[USER])):
+        if theirs.day not in known:
+            continue
+        day, pending = known[theirs.day], max(0, theirs.rows - counted.get(theirs.day, 0))
+        days.append(replace(day, pending_late_events=max(0, day.pending_late_events - pending),
+                            late_events_total=max(0, day.late_events_total - theirs.late_rows)))
+    return days
 
 
 def _processed_recounted(spark, state: StateStore):

@@ -405,6 +405,8 @@ def rehearse(session) -> list[RunSummary]:
             settings = IncrementalSettings(start_date=params.start_date.isoformat())
             with DagsterInstance.ephemeral() as instance:
                 runs = run_until_caught_up(settings, report=lambda line: None, instance=instance)
+                if not runs[-1].success:  # interrupted (a SIGTERM to the worker) or failed: no more runs
+                    return runs
                 append_hours(session, source, 1)
                 return [*runs, run_incremental(settings, instance=instance)]
         finally:

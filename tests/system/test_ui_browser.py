@@ -426,8 +426,9 @@ def _materialize(page, expect, button) -> str:
 
 
 def _graphql(page, query: str, **variables) -> dict:
-    """The UI's own GraphQL endpoint, from the browser's context."""
-    response = page.request.post("/graphql", data={"query": query, "variables": variables})
+    """The UI's own GraphQL endpoint, from the browser's context. Within a run's time, not a page's:
+    on a machine busy with runs (SQLite's lock held by a run's events) one answer took over 30 s."""
+    response = page.request.post("/graphql", data={"query": query, "variables": variables}, timeout=RUN_MS)
     body = response.json()
     assert response.ok and "errors" not in body, body
     return body["data"]

@@ -6,8 +6,8 @@ user_id as filtered_events holds them). Everything after the request is recorded
 salted hashes: the request's, and the user identifiers and attribute keys they resolved to, kept
 in its log row. A re-run of the same request after a crash resolves nothing again (the rows it
 resolved from may be gone) and finishes what is left; every step is a delete or a recount, and
-the one adjustment that is not (the days' pending late events) commits once, under a Delta
-transaction identifier of the request.
+the one adjustment that is not (the days' pending late events and late events totals) commits
+once, under a Delta transaction identifier of the request.
 
 Order: the source when asked (`source`), then the daily manifest's pending and late counts (they
 need the person's rows), then the tables downstream to upstream, the lifecycle manifest last
@@ -161,14 +161,14 @@ def erase(
 def files_left(state: StateStore) -> dict[str, dict[str, list[str] | None]]:
     """Per request not yet recorded as physically gone, per table it erased rows from: the files
     that still hold those rows (readable through time travel until VACUUM), None when unknown."""
-    left = {}
+    left, source = {}, source_table_uri()
     for request in state.erasure_log():
         if request["status"] != PROCESSED or request["physically_gone_at"] is not None:
             continue
         erased = json.loads(request["rows"] or "{}")
-        uri = {SOURCE: source_table_uri()}.get
-        left[request["request_id"]] = {table: files_left_by(uri(table) or state.uri(table), request["request_id"], request["requested_at"])
-                                       for table, rows in erased.items() if rows}
+        left[request["request_id"]] = {
+            table: files_left_by(source if table == SOURCE else state.uri(table), request["request_id"], request["requested_at"])
+            for table, rows in erased.items() if rows}
     return left
 
 

@@ -168,7 +168,16 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
         assert main(["forget", "--status"]) == 0
         held_after = capsys.readouterr().out
         [gone] = StateStore().erasure_log()
+        # The same request again with --source, after it was recorded gone: it erases the source's
+        # rows, and is gone again only once those files are.
+        assert main(["forget", "--key", person, "--source"]) == 0
+        assert main(["forget", "--status"]) == 0
+        with_source = capsys.readouterr().out
+        [reopened] = StateStore().erasure_log()
 
+    assert reopened["request_id"] == request["request_id"] and reopened["physically_gone_at"] is None
+    # the source held their events twice: as first loaded, and loaded again above
+    assert json.loads(reopened["rows"])["source"] == 2 * theirs.num_rows and "  source " in with_source, with_source
     assert keyhole.success and keyhole.value("sessions_lifecycle_manifest", f"dropped_{ERASED_USER}") > 0
     account = keyhole.window
     assert account.balanced and account.counted.get(ERASED_USER), account.describe()  # as the terminal and the run log say

@@ -259,8 +259,10 @@ class StateStore(ConfigurableResource):
         """The request done: the rows its commits deleted, per table (name: URI), from the commits'
         own metrics, so an attempt killed between a commit and its run-log record is counted too."""
         request = self.erasure_request(request_id)
-        erased = {table: rows_deleted_by(uri, request_id, request["requested_at"]) for table, uri in tables.items()}
-        row = {**request, "status": PROCESSED, "rows": json.dumps(dict(sorted(erased.items()))), "completed_at": utcnow()}
+        erased = json.dumps(dict(sorted((table, rows_deleted_by(uri, request_id, request["requested_at"])) for table, uri in tables.items())))
+        # Rows erased since it was recorded gone (the same request with --source): gone once their files are
+        gone = request["physically_gone_at"] if erased == request["rows"] else None
+        row = {**request, "status": PROCESSED, "rows": erased, "completed_at": utcnow(), "physically_gone_at": gone}
         self._upsert(ERASURE_LOG, [row], ERASURE_SCHEMA, key="request_id")
         return row
 

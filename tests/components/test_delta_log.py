@@ -4,14 +4,18 @@ are quick to open."""
 
 import json
 import shutil
+import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+import deltalake
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
 from incremental_assets.lib.catalog import RUN_LOG
-from incremental_assets.lib.delta.log import first_data_change, read_rows, stored_table
+from incremental_assets.lib.delta.log import files_left_by, first_data_change, read_rows, stored_table
 from incremental_assets.lib.delta.spec import TableSpec, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows, create_with_change_feed
 from incremental_assets.lib.state.run_log import PROCESSED
@@ -77,6 +81,35 @@ def test_the_first_data_change_skips_compactions_and_property_commits_and_assume
 
     (Path(uri) / "_delta_log" / f"{3:020d}.json").rename(tmp_path / "moved-aside.json")
     assert first_data_change(uri, 2, 4) == 2, "what a missing commit did cannot be told: the first is taken"
+
+
+def test_an_erasures_commits_are_found_back_to_its_request_among_many_whatever_the_log_lost_before_it(tmp_path):
+    """files_left_by reads the log back from the newest commit, many commit files at a time, to
+    the first made before the request: a commit of the same name before it is not the request's,
+    and a commit file gone before it (Delta's log cleanup) hides nothing; one gone after it does."""
+    uri, named = str(tmp_path / "table"), deltalake.CommitProperties(custom_metadata={"userMetadata": "erasure-x"})
+    for n in range(40):  # versions 0..39, a file each
+        write_deltalake(uri, pa.table({"n": [n]}), mode="append")
+        time.sleep(0.005)  # each commit its own millisecond
+    table = DeltaTable(uri)
+    table.delete("n = 3", commit_properties=named)  # 40: the same name, before the request
+    since = datetime.now(timezone.utc)
+    time.sleep(0.005)
+    for n in range(4, 24):  # 41..60
+        write_deltalake(uri, pa.table({"n": [100 + n]}), mode="append")
+    table = DeltaTable(uri)
+    before = {Path(file).name for file in table.file_uris()}  # unpartitioned: a file's path is its name
+    table.delete("n = 30", commit_properties=named)  # 61: the request's
+    removed = sorted(before - {Path(file).name for file in DeltaTable(uri).file_uris()})
+    write_deltalake(uri, pa.table({"n": [200]}), mode="append")  # 62
+    assert len(removed) == 1 and files_left_by(uri, "erasure-x", since) == removed
+
+    DeltaTable(uri).create_checkpoint()
+    for version in range(0, 40):  # the log before the request's last earlier commit (40) cleaned up
+        (Path(uri) / "_delta_log" / f"{version:020d}.json").unlink()
+    assert files_left_by(uri, "erasure-x", since) == removed
+    (Path(uri) / "_delta_log" / f"{50:020d}.json").unlink()  # one after the request gone
+    assert files_left_by(uri, "erasure-x", since) is None, "what a missing commit did cannot be told"
 
 
 def test_a_commit_whose_statistics_hold_a_line_separator_is_read_as_a_commit(spark, tmp_path):

@@ -37,7 +37,7 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms.sessions import ERASED_USER, user_id
 from incremental_assets.lib.utc import utcnow
 from tests.s3_server import BUCKET
-from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, ticks, wait_for
+from tests.dagster_processes import BIN, a_home, a_workspace, ticks, wait_for
 from tests.warehouse_tables import COMPARED, REFERENCE_DAY, comparable_tables, scenario_environment
 
 PARAMS = SampleParams(users=6, days=3, events_per_day=150, start_date=(utcnow() - timedelta(days=6)).date(), seed=41,
@@ -251,7 +251,7 @@ def test_a_forget_killed_half_way_is_finished_by_the_same_command(built, spark, 
     assert {table: erased[table] for table in HELD} == {table: before[table] - after[table] for table in HELD}, "each row counted once"
 
 
-def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_without_them(built, s3, tmp_path, monkeypatch, capsys):
+def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_without_them(built, s3, tmp_path, capsys):
     """The same warehouse and its source in a bucket of moto's S3 server: `forget --source` as a
     command deletes the person's rows from the source too, `--status` and the maintenance job read
     and delete there, and no earlier version of a table reads the person."""
@@ -272,11 +272,12 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
         for table in json.loads(request["rows"]):  # as if the retention had passed: every file no version needs
             uri = source if table == "source" else f"{warehouse}/{table}"  # the source's, as its owner would
             DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        # The change data files the erasure wrote are past the maintenance job's retention eight days on.
-        with monkeypatch.context() as later:
-            later.setattr(write, "datetime", EightDaysOn)
-            maintained = build_definitions(IncrementalSettings(**SETTINGS)).resolve_job_def("maintenance_job").execute_in_process(
-                instance=DagsterInstance.ephemeral())
+        # The change data files the erasure wrote are past the retention of a VACUUM eight days on.
+        eight_days_on, retention = utcnow() + timedelta(days=8), IncrementalSettings(**SETTINGS).maintenance_retention_hours
+        for table in json.loads(request["rows"]).keys() - {"source"}:
+            write.vacuum(f"{warehouse}/{table}", retention, eight_days_on)
+        maintained = build_definitions(IncrementalSettings(**SETTINGS)).resolve_job_def("maintenance_job").execute_in_process(
+            instance=DagsterInstance.ephemeral())
         [gone] = StateStore().erasure_log()
         capsys.readouterr()
         assert main(["forget", "--status"]) == 0
@@ -294,12 +295,6 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
     assert comparable_tables(warehouse) == comparable_tables(base / "without" / "warehouse")
     assert days_counted(warehouse) == days_counted(base / "without" / "warehouse")
     unreadable_before(warehouse, request["request_id"], person, source)
-
-
-class EightDaysOn(datetime):
-    @classmethod
-    def now(cls, tz=None):
-        return datetime.now(tz) + timedelta(days=8)
 
 
 def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_their_runs_stored(built, spark, tmp_path):

@@ -8,7 +8,6 @@ sensor ticks in Debian's PostgreSQL); the UI test runs the default one (SQLite) 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +28,6 @@ from incremental_assets.lib.catalog import (
 )
 from incremental_assets.lib.delta.log import stored_table
 from incremental_assets.lib.delta.read import read_table
-from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
@@ -38,10 +36,10 @@ from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.worker import serving
+from tests.dagster_processes import BIN, a_home, a_workspace, append_events, ticks, wait_for
 from tests.postgres_server import postgres_instance_env
 from tests.warehouse_tables import REFERENCE_DAY, sample_source, scenario_environment
 
-BIN = Path(sys.executable).parent
 PARAMS = SampleParams(users=6, days=3, events_per_day=90, start_date=(utcnow() - timedelta(days=6)).date(), seed=11)
 # The daemon's sensors look every 5 s (at the default 30 s the test would mostly wait).
 SETTINGS = {"start_date": PARAMS.start_date.isoformat(), "sensor_interval_seconds": 5, "attributes_reference_date": REFERENCE_DAY}
@@ -51,22 +49,6 @@ def rows_of(spark, table: str) -> list[tuple]:
     frame = read_table(spark, StateStore().uri(table))
     rows = (tuple(row) for row in frame.select(*sorted(frame.columns)).collect())
     return sorted(rows, key=lambda row: tuple((value is None, value) for value in row))  # nulls last
-
-
-def a_home(tmp_path: Path, config: str = "dagster.yaml") -> Path:
-    """A Dagster home with one of the project's instance settings (the pool, the run queue)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / config, home / "dagster.yaml")
-    return home
-
-
-def a_workspace(tmp_path: Path) -> Path:
-    """The project's code location, loaded as the repository's workspace.yaml loads it."""
-    workspace = tmp_path / "workspace.yaml"
-    workspace.write_text("load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
-                         f"      working_directory: {PROJECT_ROOT}\n")
-    return workspace
 
 
 def test_dagster_asset_materialize_of_a_partition_leaves_the_contracts_records_and_attributes_follow(spark, tmp_path):
@@ -113,11 +95,6 @@ def writers(instance: DagsterInstance) -> list:
     return [run for run in instance.get_runs() if run.job_name != "__ASSET_JOB" or run.asset_selection]
 
 
-def ticks(instance: DagsterInstance, name: str) -> list:
-    states = [s for s in instance.all_instigator_state() if s.name == name]
-    return [tick for s in states for tick in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
-
-
 def keyed(instance: DagsterInstance, prefix: str) -> list:
     """The runs a sensor requested with a run key that starts with `prefix`."""
     return [run for run in instance.get_runs() if run.tags.get(RUN_KEY_TAG, "").startswith(prefix)]
@@ -128,20 +105,6 @@ def start_worker(tmp_path: Path) -> subprocess.Popen:
     with open(tmp_path / "worker.log", "a") as log:
         return subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
                                 stdout=log, stderr=subprocess.STDOUT)
-
-
-def append_events(spark, source: str) -> None:
-    """The stream's next hours, up to the first that holds an event the source did not hold: a night
-    hour may hold none, or only a duplicate of an earlier event, and a run over it stores nothing new."""
-    def events():
-        return spark.read.format("delta").load(source).where(F.col("event_id").isNotNull()).select("event_id").distinct().count()
-
-    before = events()
-    for _ in range(12):
-        append_hours(spark, source, 1)
-        if events() > before:
-            return
-    raise AssertionError("twelve hours of the stream without a new event")
 
 
 def in_a_spark_step(instance: DagsterInstance) -> str | None:
@@ -167,16 +130,6 @@ def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
                                                   if "in its own process" in (log.message or "")), "?")
         lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {sorted(run.tags)}: {where}")
     return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]
-
-
-def wait_for(what, condition, seconds: float):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(5)
-    raise AssertionError(f"not within {seconds:.0f} s: {what}")
 
 
 def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_brings_attributes_up_to_date(

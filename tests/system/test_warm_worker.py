@@ -27,7 +27,7 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.worker import WarmRunLauncher, serving
-from tests.system.test_dagster_surfaces import BIN, a_home, a_workspace, append_events, wait_for
+from tests.dagster_processes import BIN, a_home, a_workspace, append_events, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
 # A stream whose loads end a day before now, so that a day holds hours with events whatever the time

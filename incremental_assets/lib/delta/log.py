@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -43,6 +44,8 @@ EPOCH = datetime(1970, 1, 1)
 STATISTICS_SLACK = timedelta(microseconds=999)
 # The actions a commit file holds, one a line (Delta protocol); a line of none of them is no commit.
 DELTA_ACTIONS = {"add", "remove", "metaData", "protocol", "commitInfo", "txn", "cdc", "domainMetadata"}
+# Commit files read at once (threads): on S3 one is a request of tens of milliseconds.
+COMMIT_READS = 16
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,16 @@ def _files_written_after(table: deltalake.DeltaTable, since: Snapshot | None) ->
 
 def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
     """The actions of each commit in `versions`, or None when a commit file is gone."""
+    commits = _commit_files(uri, versions)
+    return None if any(commit is None for commit in commits) else commits
+
+
+def _commit_files(uri: str, versions: range) -> list[list[dict] | None]:
+    """The actions of each commit in `versions` (None: its file is gone), read COMMIT_READS at a
+    time: on an object store each file is a request, and one after another they add up."""
     filesystem, root = pafs.FileSystem.from_uri(_arrow_uri(uri))
-    commits = []
-    for version in versions:
+
+    def read(version: int) -> list[dict] | None:
         try:
             with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
                 text = stream.read().decode()
@@ -90,8 +100,12 @@ def _commit_actions(uri: str, versions: range) -> list[list[dict]] | None:
             return None
         # JSON lines end at "\n" alone: a string in a file's statistics may hold U+2028 or U+0085
         # unescaped (a page title's), where str.splitlines would cut it
-        commits.append([json.loads(line) for line in text.split("\n") if line.strip()])
-    return commits
+        return [json.loads(line) for line in text.split("\n") if line.strip()]
+
+    if len(versions) < 2:
+        return [read(version) for version in versions]
+    with ThreadPoolExecutor(min(COMMIT_READS, len(versions))) as pool:
+        return list(pool.map(read, versions))
 
 
 def _added(action: Mapping[str, Any]) -> AddedFile:
@@ -367,20 +381,22 @@ def rows_deleted_by(uri: str, user_metadata: str, since: datetime) -> int | None
 
 def _commits_named(uri: str, user_metadata: str, since: datetime) -> list[list[dict]] | None:
     """The actions of the commits whose userMetadata is `user_metadata`, read back from the newest
-    to the first made before `since`; None when a commit file on the way is gone."""
+    to the first made before `since` (COMMIT_READS at a time); None when a commit file on the way is gone."""
     table = stored_table(uri)
     if table is None:
         return []
-    named = []
-    for version in range(table.version(), -1, -1):
-        commit = _commit_actions(uri, range(version, version + 1))
-        if commit is None:
-            return None
-        info = next((action["commitInfo"] for action in commit[0] if "commitInfo" in action), {})
-        if _moment(info.get("timestamp", 0)) < since.replace(tzinfo=None):  # both UTC
-            break
-        if info.get("userMetadata") == user_metadata:
-            named.append(commit[0])
+    named, top = [], table.version()
+    while top >= 0:
+        versions = range(max(0, top - COMMIT_READS + 1), top + 1)
+        for commit in reversed(_commit_files(uri, versions)):
+            if commit is None:
+                return None
+            info = next((action["commitInfo"] for action in commit if "commitInfo" in action), {})
+            if _moment(info.get("timestamp", 0)) < since.replace(tzinfo=None):  # both UTC
+                return named
+            if info.get("userMetadata") == user_metadata:
+                named.append(commit)
+        top = versions.start - 1
     return named
 
 

@@ -262,15 +262,16 @@ def keep_log_checkpoints(table: deltalake.DeltaTable) -> bool:
     return True
 
 
-def vacuum(uri: str, retention_hours: float) -> None:
+def vacuum(uri: str, retention_hours: float, now: datetime) -> None:
     """VACUUM with deltalake (Spark's lists files with 10,000 tasks by default, slow even for a
     tiny table), never within Delta's own default retention. deltalake leaves the change data files
     (`_change_data/`, which no version's snapshot holds) where Spark's VACUUM deletes those older
-    than the retention: an erasure's hold the rows it deleted, so they are deleted here alike."""
+    than the retention (before `now`, naive UTC): an erasure's hold the rows it deleted, so they are
+    deleted here alike."""
     deltalake.DeltaTable(uri).vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=True)
     filesystem, root = filesystem_of(uri)
     found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_change_data", recursive=True, allow_not_found=True))
-    cutoff = datetime.now(timezone.utc) - timedelta(hours=retention_hours)
+    cutoff = now.replace(tzinfo=timezone.utc) - timedelta(hours=retention_hours)
     for info in found:
         if info.type == pafs.FileType.File and info.mtime is not None and info.mtime < cutoff:
             filesystem.delete_file(info.path)

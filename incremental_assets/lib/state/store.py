@@ -206,16 +206,13 @@ class StateStore(ConfigurableResource):
 
     def save_days(self, days: list[DayStatus], consumed_version: int | None = None, once_as: str | None = None) -> None:
         """Upsert day rows; with `consumed_version`, in the same commit as that version's identifier;
-        with `once_as`, under that identifier, which `applied_once` then finds (even with no row)."""
-        if once_as is not None:
-            txn = Transaction(once_as, 1)
-            if not days:
-                days = list(self.days().values())[:1]  # a commit that changes nothing, to carry the identifier
-                if not days:
-                    return
-        elif not days:
+        with `once_as`, under that identifier, which `applied_once` then finds. No day, no commit:
+        an adjustment of no day, computed again, is of the days as they are then."""
+        if not days:
             # Nothing to record: inserts that changed no day would change none when read again.
             return
+        if once_as is not None:
+            txn = Transaction(once_as, 1)
         else:
             txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
         rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]

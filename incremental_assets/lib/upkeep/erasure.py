@@ -134,23 +134,31 @@ def erase(
     users, attribute_keys = request["user_hashes"], request["attribute_key_hashes"]
     person = {USER: hashed(USER, secret).isin(users), "attribute_key": hashed("attribute_key", secret).isin(attribute_keys)}
 
-    uris = {table: state.uri(table) for table in tables}
+    uris = {table: _uri(state, table) for table in ([SOURCE] if source else []) + tables}
     if source:  # its rows by the user identifier the runs compute from them: the commit names no value
-        uris = {SOURCE: source_table_uri(), **uris}
         identified = _read(spark, uris[SOURCE]).where(hashed(user_id(settings), secret).isin(users))
         erasure.rows[SOURCE] = delete_rows(spark, uris[SOURCE], identified.select(user_id(settings).alias(USER)), [USER],
                                            user_metadata=request_id, derived={USER: user_id(settings)})
-    if not state.applied_once(request_id):
-        state.save_days(_days_without(spark, state, person), once_as=request_id)
-    for table in tables:
-        uri = state.uri(table)
-        if table == QUARANTINE:
-            matching, on = _read(spark, state.uri(LIFECYCLE)).where(person[USER]), ["session_identifier"]
-        else:
-            on = ["attribute_key"] if table in BY_KEY else [USER]
-            matching = _read(spark, uri).where(person[on[0]])
-        erasure.rows[table] = delete_rows(spark, uri, matching, on, user_metadata=request_id)
-        state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: rows erased")
+    # the person's events, read once: for the days' counts and as what filtered_events deletes
+    events = _read(spark, state.uri(FILTERED_EVENTS))
+    theirs = None if events is None else events.where(person[USER]).cache()
+    try:
+        if not state.applied_once(request_id):
+            state.save_days(_days_without(spark, state, theirs, person), once_as=request_id)
+        for table in tables:
+            uri = uris[table]
+            if table == QUARANTINE:
+                matching, on = _read(spark, state.uri(LIFECYCLE)).where(person[USER]), ["session_identifier"]
+            elif table == FILTERED_EVENTS:
+                matching, on = theirs, [USER]
+            else:
+                on = ["attribute_key"] if table in BY_KEY else [USER]
+                matching = _read(spark, uri).where(person[on[0]])
+            erasure.rows[table] = delete_rows(spark, uri, matching, on, user_metadata=request_id)
+            state.record(run_id, table, PROCESSED, {"rows_updated": erasure.rows[table]}, message=f"{request_id}: rows erased")
+    finally:  # a warm worker's next request reads them again
+        if theirs is not None:
+            theirs.unpersist()
     state.save_days(_processed_recounted(spark, state))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
     state.close_erasure(request_id, uris)
@@ -161,13 +169,13 @@ def erase(
 def files_left(state: StateStore) -> dict[str, dict[str, list[str] | None]]:
     """Per request not yet recorded as physically gone, per table it erased rows from: the files
     that still hold those rows (readable through time travel until VACUUM), None when unknown."""
-    left, source = {}, source_table_uri()
+    left = {}
     for request in state.erasure_log():
         if request["status"] != PROCESSED or request["physically_gone_at"] is not None:
             continue
         erased = json.loads(request["rows"] or "{}")
         left[request["request_id"]] = {
-            table: files_left_by(source if table == SOURCE else state.uri(table), request["request_id"], request["requested_at"])
+            table: files_left_by(_uri(state, table), request["request_id"], request["requested_at"])
             for table, rows in erased.items() if rows}
     return left
 
@@ -186,22 +194,23 @@ def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[
     return sorted(users), sorted(keys)
 
 
-def _days_without(spark, state: StateStore, person: dict[str, Column]):
-    """The days that counted the person's events, without them: their pending late events (held
-    in filtered_events but not yet aggregated: beyond what daily_aggregates counted) and their
-    late events total (the arrival rule's late rows, as the runs that inserted them counted)."""
-    events, daily = _read(spark, state.uri(FILTERED_EVENTS)), _read(spark, state.uri(DAILY_AGGREGATES))
-    if events is None:
+def _days_without(spark, state: StateStore, theirs: DataFrame | None, person: dict[str, Column]):
+    """The days that counted the person's events (`theirs`: their filtered_events rows), without
+    them: their pending late events (held in filtered_events but not yet aggregated: beyond what
+    daily_aggregates counted) and their late events total (the arrival rule's late rows, as the
+    runs that inserted them counted)."""
+    if theirs is None:
         return []
+    daily = _read(spark, state.uri(DAILY_AGGREGATES))
     counted = {} if daily is None else {
         r.event_date: r.events for r in daily.where(person["attribute_key"]).groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
     known, days = state.days(), []
-    for theirs in day_arrivals(events.where(person[USER])):
-        if theirs.day not in known:
+    for arrived in day_arrivals(theirs):
+        if arrived.day not in known:
             continue
-        day, pending = known[theirs.day], max(0, theirs.rows - counted.get(theirs.day, 0))
+        day, pending = known[arrived.day], max(0, arrived.rows - counted.get(arrived.day, 0))
         days.append(replace(day, pending_late_events=max(0, day.pending_late_events - pending),
-                            late_events_total=max(0, day.late_events_total - theirs.late_rows)))
+                            late_events_total=max(0, day.late_events_total - arrived.late_rows)))
     return days
 
 
@@ -213,6 +222,11 @@ def _processed_recounted(spark, state: StateStore):
     held = {r.event_date: r.events for r in daily.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
     return [replace(day, processed_events=held.get(d, 0)) for d, day in state.days().items()
             if day.processed_events and day.processed_events != held.get(d, 0)]
+
+
+def _uri(state: StateStore, table: str) -> str:
+    """Where a table a request erases from is: the source's own URI, or the warehouse's."""
+    return source_table_uri() if table == SOURCE else state.uri(table)
 
 
 def _read(spark: SparkSession, uri: str) -> DataFrame | None:

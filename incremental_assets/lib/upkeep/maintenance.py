@@ -87,7 +87,7 @@ def maintain(
             vacuumed = False
             notes.append(f"not vacuumed: the daily manifest has not read the change feed of {unread} yet")
     if vacuumed:
-        vacuum(uri, retention_hours)
+        vacuum(uri, retention_hours, now)
     return TablePass(table_name, before, len(DeltaTable(uri).file_uris()), compacted, vacuumed, "; ".join(notes))
 
 

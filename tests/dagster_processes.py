@@ -1,0 +1,63 @@
+"""Dagster's processes as the project's users start them: a home with the project's instance
+settings, the repository's workspace, the daemon's ticks, a loader's next events, and waiting for
+what they do."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from dagster import DagsterInstance
+from pyspark.sql import functions as F
+
+from incremental_assets.lib.environment import PROJECT_ROOT
+from incremental_assets.lib.sample.stream import append_hours
+
+BIN = Path(sys.executable).parent
+
+
+def a_home(tmp_path: Path, config: str = "dagster.yaml") -> Path:
+    """A Dagster home with one of the project's instance settings (the pool, the run queue)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / config, home / "dagster.yaml")
+    return home
+
+
+def a_workspace(tmp_path: Path) -> Path:
+    """The project's code location, loaded as the repository's workspace.yaml loads it."""
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text("load_from:\n  - python_module:\n      module_name: incremental_assets.definitions\n"
+                         f"      working_directory: {PROJECT_ROOT}\n")
+    return workspace
+
+
+def ticks(instance: DagsterInstance, name: str) -> list:
+    states = [s for s in instance.all_instigator_state() if s.name == name]
+    return [tick for s in states for tick in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
+
+
+def append_events(spark, source: str) -> None:
+    """The stream's next hours, up to the first that holds an event the source did not hold: a night
+    hour may hold none, or only a duplicate of an earlier event, and a run over it stores nothing new."""
+    def events():
+        return spark.read.format("delta").load(source).where(F.col("event_id").isNotNull()).select("event_id").distinct().count()
+
+    before = events()
+    for _ in range(12):
+        append_hours(spark, source, 1)
+        if events() > before:
+            return
+    raise AssertionError("twelve hours of the stream without a new event")
+
+
+def wait_for(what, condition, seconds: float):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(5)
+    raise AssertionError(f"not within {seconds:.0f} s: {what}")

@@ -166,6 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument("--source", action="store_true", help="delete their rows from the source table too (its owner's VACUUM "
                         "makes them unreadable there); without it, every run drops them")
     forget.add_argument("--status", action="store_true", help="which tables still hold files with erased rows (no JVM)")
+    forget.add_argument("--purge", action="store_true", help="then vacuum at once the warehouse's tables that still hold files "
+                        "with erased rows (else maintenance_job does, after its retention): their time travel ends there")
     forget.add_argument("--by", default="attribute_key", choices=ERASED_BY,
                         help="the column the identifiers are values of (default: the attribute key)")
     _settings_arguments(forget)
@@ -396,18 +398,28 @@ def _refresh(args) -> int:
 
 def _forget(args) -> int:
     from incremental_assets.cli.runner import incremental_of, instance_or_default
-    from incremental_assets.lib.upkeep.erasure import erase
+    from incremental_assets.lib.state.store import StateStore
+    from incremental_assets.lib.upkeep.erasure import erase, purge
 
     settings = _settings(args)
     if args.status:
         return _erasure_status()
     keys = [*args.key, *(Path(args.file).read_text().splitlines() if args.file else [])]
-    erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings), source=args.source)
-    for table, rows in erasure.rows.items():
-        print(f"  {table:<28} {rows:>8} rows erased")
-    for table in erasure.not_covered:
-        print(f"  {table:<28} not covered: it has no user_identifier column")
-    print(f"Erasure {erasure.request_id} recorded in {environment.table_uri('erasure_log')} (keys as salted hashes only)")
+    if keys or not args.purge:
+        erasure = erase(settings, keys, args.by, _spark(), instance_or_default(None), incremental_of(settings), source=args.source)
+        for table, rows in erasure.rows.items():
+            print(f"  {table:<28} {rows:>8} rows erased")
+        for table in erasure.not_covered:
+            print(f"  {table:<28} not covered: it has no user_identifier column")
+        print(f"Erasure {erasure.request_id} recorded in {environment.table_uri('erasure_log')} (keys as salted hashes only)")
+    if args.purge:
+        purged = purge(StateStore(), instance_or_default(None))
+        for table in purged.vacuumed:
+            print(f"  {table:<28} vacuumed: no file its current version does not read is left")
+        for table, why in purged.waiting.items():
+            print(f"  {table:<28} not purged: {why}")
+        for request in purged.gone:
+            print(f"Erasure {request}: physically gone")
     return 0
 
 

@@ -23,7 +23,7 @@ from incremental_assets.lib.delta.log import table_exists
 from incremental_assets.lib.environment import warehouse_root
 from incremental_assets.lib.metadata import markdown_table
 from incremental_assets.lib.upkeep.apply import apply_plan
-from incremental_assets.lib.upkeep.erasure import erase, files_left
+from incremental_assets.lib.upkeep.erasure import erase, purge, record_gone
 from incremental_assets.lib.upkeep.maintenance import maintain
 from incremental_assets.lib.upkeep.refresh import RefreshNotAllowed, refresh
 from incremental_assets.lib.settings import IncrementalSettings
@@ -120,8 +120,7 @@ def maintain_tables(context: OpExecutionContext, state: StateStore, settings: In
         passes.append(result)
         state.record(run_id, name, PROCESSED, {}, message=f"files {result.files_before} -> {result.files_after} {result.note}".strip())
     # Erasures whose rows no file holds any more, now that VACUUM has run: their audit records it.
-    gone = [request for request, tables in files_left(state).items() if all(files == [] for files in tables.values())]
-    state.erasures_gone(gone)
+    gone = record_gone(state)
     columns = ["table", "files before", "files after", "compacted from", "vacuumed", "note"]
     rows = [[p.table, p.files_before, p.files_after, p.compacted_from, p.vacuumed, p.note] for p in passes]
     return Output(None, metadata={
@@ -144,6 +143,8 @@ class ForgetConfig(Config):
     keys: list[str] = Field(description="The identifiers of the people to erase (values of `by`)")
     by: str = Field(default="attribute_key", description=f"The column the keys are values of: one of {', '.join(ERASED_BY)}")
     source: bool = Field(default=False, description="Delete their rows from the source table too (else every run drops them)")
+    purge: bool = Field(default=False, description="Then vacuum at once the tables that still hold files with erased rows, "
+                        "instead of waiting for maintenance_job's retention: their time travel ends there")
 
 
 @op(out=Out(Nothing), pool=WAREHOUSE_POOL,
@@ -155,11 +156,15 @@ def forget_keys(context: OpExecutionContext, config: ForgetConfig, settings: Inc
                         run_id=context.run_id, source=config.source)
     except ValueError as refused:
         raise Failure(str(refused), allow_retries=False) from None
+    purged = purge(StateStore(), context.instance, context.run_id) if config.purge else None
     return Output(None, metadata={
         "request_id": erasure.request_id,
         "rows_erased": markdown_table(["table", "rows erased"], sorted(erasure.rows.items())),
         "not_covered": MetadataValue.json(erasure.not_covered),
         "audit": MetadataValue.path(StateStore().uri(ERASURE_LOG)),
+        **({} if purged is None else {
+            "tables_purged": MetadataValue.json(purged.vacuumed), "purge_waiting": MetadataValue.json(purged.waiting),
+            "erasures_physically_gone": MetadataValue.json(purged.gone)}),
     })
 
 

@@ -213,6 +213,62 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
     unreadable_before(str(warehouse), request["request_id"], person)
 
 
+def purged(spark, built, root, capsys, unread: bool = False) -> dict:
+    """A copy of the warehouse with the person: `forget --key K --purge` (after a commit to
+    filtered_events the daily manifest has not read, if `unread`); then the person's events loaded
+    again, runs until caught up, `forget --purge` again and `forget --status`. What each said."""
+    rows, person, base = built
+    shutil.copytree(base / "with", root)
+    said = {}
+    with scenario_environment(root / "warehouse", root / "source", SETTINGS, home=root / "home"):
+        if unread:
+            DeltaTable(str(root / "warehouse" / "filtered_events")).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+        capsys.readouterr()
+        for step, command in (("first", ["forget", "--key", person, "--purge"]), ("runs", None), ("again", ["forget", "--purge"]),
+                              ("status", ["forget", "--status"])):
+            if command is None:
+                load_again(spark, rows, person, str(root / "source"), ids="new-")
+                runs = run_until_caught_up(IncrementalSettings(**SETTINGS), report=lambda line: None, instance=DagsterInstance.ephemeral())
+                said[step] = runs
+                continue
+            assert main(command) == 0
+            said[step], said[f"{step}_log"] = capsys.readouterr().out, StateStore().erasure_log()
+    return said
+
+
+def test_a_purge_makes_the_erased_rows_unreadable_at_once_and_runs_read_on(built, spark, tmp_path, capsys):
+    """forget --purge deletes at once the files that hold the erased rows, where maintenance_job
+    waits for its retention: every earlier version is then unreadable for the person. The runs
+    after it read on (the daily manifest had counted filtered_events up to the erasure, so its
+    change feed needs none of those files) and leave the warehouse built without the person."""
+    rows, person, base = built
+    said = purged(spark, built, tmp_path / "with", capsys)
+    [request] = said["first_log"]
+    assert all(f"  {table:<28} " in said["first"] for table in HELD) and "not purged" not in said["first"], said["first"]
+    assert f"Erasure {request['request_id']}: physically gone" in said["first"] and request["physically_gone_at"] is not None
+    assert "physically gone" in said["status"] and "readable" not in said["status"], said["status"]
+    unreadable_before(str(tmp_path / "with" / "warehouse"), request["request_id"], person)
+    assert all(run.success for run in said["runs"]), [run.error for run in said["runs"]]
+    assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")
+    assert days_counted(tmp_path / "with" / "warehouse") == days_counted(base / "without" / "warehouse")
+
+
+def test_a_purge_leaves_filtered_events_until_the_daily_manifest_has_read_its_change_feed(built, spark, tmp_path, capsys):
+    """While the daily manifest has not read a filtered_events commit made before the erasure, its
+    next read takes the erasure's change data too: the purge leaves that table, says why, and the
+    request is not gone; after a run, a purge deletes the rest and records it gone."""
+    rows, person, base = built
+    said = purged(spark, built, tmp_path / "with", capsys, unread=True)
+    [waiting], [gone] = said["first_log"], said["again_log"]
+    assert "filtered_events              not purged: the daily manifest has read" in said["first"], said["first"]
+    assert all(f"  {table:<28} " in said["first"] for table in HELD) and waiting["physically_gone_at"] is None
+    assert all(run.success for run in said["runs"]), [run.error for run in said["runs"]]
+    assert "  filtered_events" in said["again"] and "not purged" not in said["again"], said["again"]
+    assert f"Erasure {gone['request_id']}: physically gone" in said["again"] and gone["physically_gone_at"] is not None
+    assert "physically gone" in said["status"] and "readable" not in said["status"], said["status"]
+    unreadable_before(str(tmp_path / "with" / "warehouse"), gone["request_id"], person)
+
+
 KILLED = """
 import os, signal, sys
 from incremental_assets import cli
@@ -300,8 +356,9 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
 def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_their_runs_stored(built, spark, tmp_path):
     """The daemon left alone with its sensors (every 5 s): a loader brings new events of the person;
     while the sensors' run of that load executes, forget_job is launched as the UI's launchpad
-    launches it. It queues behind the run (the warehouse's pool), then erases what that run stored,
-    and whatever the sensors launch after it leaves the warehouse built without the person."""
+    launches it, with a purge. It queues behind the run (the warehouse's pool), erases what that run
+    stored and vacuums the files that held the person's rows; whatever the sensors launch after it
+    leaves the warehouse built without the person."""
     rows, person, base = built
     shutil.copytree(base / "with", tmp_path / "with")
     home, workspace = a_home(tmp_path), a_workspace(tmp_path)
@@ -321,7 +378,7 @@ def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_th
                              if datetime.fromisoformat(run.tags[WINDOW_TAG].split("..")[1]) >= loaded_at), None)
 
             load = wait_for("the sensors' run of the load to start", storing_the_load, 600)
-            config = {"ops": {"forget_keys": {"config": {"keys": [person]}}}}
+            config = {"ops": {"forget_keys": {"config": {"keys": [person], "purge": True}}}}
             launched = subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "forget_job", "--config-json",
                                        json.dumps(config)], env=dict(os.environ), cwd=tmp_path, capture_output=True, text=True, timeout=300)
             assert launched.returncode == 0, launched.stdout[-3000:] + launched.stderr[-3000:]
@@ -331,13 +388,15 @@ def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_th
             os.killpg(daemon.pid, signal.SIGTERM)
             daemon.wait(60)
         runs = instance.get_run_records()
-        stored_then = json.loads(StateStore().erasure_log()[0]["rows"])
+        [request] = StateStore().erasure_log()
+        stored_then = json.loads(request["rows"])
 
     logs = (tmp_path / "daemon.log").read_text()[-3000:]
     assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in runs), logs
     [load_record] = [r for r in runs if r.dagster_run.run_id == load.run_id]
     [forget_record] = [r for r in runs if r.dagster_run.run_id == forget.run_id]
     assert forget_record.start_time >= load_record.end_time, "forget_job waited for the run in flight"
+    assert request["physically_gone_at"] is not None, "purged with the request: the later runs needed none of the files"
     stored = DeltaTable(str(base / "with" / "warehouse" / "filtered_events")).to_pyarrow_table(columns=["user_identifier"])
     assert stored_then["filtered_events"] > pc.sum(pc.equal(stored.column(0), person)).as_py(), "and the person's new events"
     assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")

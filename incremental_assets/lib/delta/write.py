@@ -264,11 +264,15 @@ def keep_log_checkpoints(table: deltalake.DeltaTable) -> bool:
 
 def vacuum(uri: str, retention_hours: float, now: datetime) -> None:
     """VACUUM with deltalake (Spark's lists files with 10,000 tasks by default, slow even for a
-    tiny table), never within Delta's own default retention. deltalake leaves the change data files
+    tiny table), never within Delta's own default retention but at 0 (an erasure's purge: every
+    file the current version does not read). Full: every file the log does not reference, as
+    Spark's, not only those its checkpoint still lists as removed (a removal older than
+    `delta.deletedFileRetentionDuration` drops out of it). deltalake leaves the change data files
     (`_change_data/`, which no version's snapshot holds) where Spark's VACUUM deletes those older
     than the retention (before `now`, naive UTC): an erasure's hold the rows it deleted, so they are
     deleted here alike."""
-    deltalake.DeltaTable(uri).vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=True)
+    deltalake.DeltaTable(uri).vacuum(retention_hours=int(retention_hours), dry_run=False,
+                                     enforce_retention_duration=retention_hours > 0, full=True)
     filesystem, root = filesystem_of(uri)
     found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_change_data", recursive=True, allow_not_found=True))
     cutoff = now.replace(tzinfo=timezone.utc) - timedelta(hours=retention_hours)

@@ -206,10 +206,12 @@ class StateStore(ConfigurableResource):
 
     def save_days(self, days: list[DayStatus], consumed_version: int | None = None, once_as: str | None = None) -> None:
         """Upsert day rows; with `consumed_version`, in the same commit as that version's identifier;
-        with `once_as`, under that identifier, which `applied_once` then finds. No day, no commit:
-        an adjustment of no day, computed again, is of the days as they are then."""
+        with `once_as`, under that identifier, which `applied_once` then finds. No day: the version
+        alone is recorded (`counted_through`); an adjustment of no day commits nothing (computed
+        again, it is of the days as they are then)."""
         if not days:
-            # Nothing to record: inserts that changed no day would change none when read again.
+            if consumed_version is not None:
+                self.counted_through(consumed_version)
             return
         if once_as is not None:
             txn = Transaction(once_as, 1)
@@ -217,6 +219,14 @@ class StateStore(ConfigurableResource):
             txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
         rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]
         self._upsert(DAILY_MANIFEST, rows, DAILY_SCHEMA, key="event_date", txn=txn)
+
+    def counted_through(self, version: int) -> None:
+        """Record that the daily manifest has counted filtered_events' inserts up to `version`, when
+        the commits after the last one it counted changed no day (a compaction, an erasure's
+        deletes): a commit of no row, so that no later read of the change feed reads them again
+        or needs their files (`purge`)."""
+        write_deltalake(self.uri(DAILY_MANIFEST), DAILY_SCHEMA.empty_table(), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(CONSUMED_APP_ID, version)]))
 
     def applied_once(self, once_as: str) -> bool:
         """Whether days were saved `once_as` this identifier (a request's one-time adjustment)."""

@@ -47,8 +47,8 @@ from incremental_assets.lib.catalog import (
     SESSIONS,
     extra_incremental,
 )
-from incremental_assets.lib.delta.log import files_left_by, stored_schema, stored_table, table_exists
-from incremental_assets.lib.delta.write import delete_rows
+from incremental_assets.lib.delta.log import files_left_by, stored_schema, stored_table, table_exists, table_version
+from incremental_assets.lib.delta.write import delete_rows, vacuum
 from incremental_assets.lib.environment import dagster_home, source_table_uri
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import alive_in
@@ -56,6 +56,7 @@ from incremental_assets.lib.state.run_log import PROCESSED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms.daily import day_arrivals
 from incremental_assets.lib.transforms.sessions import user_id
+from incremental_assets.lib.utc import utcnow
 
 USER = "user_identifier"
 # Tables whose rows belong to an attribute key, and those whose rows belong to a user identifier.
@@ -142,6 +143,7 @@ def erase(
     # the person's events, read once: for the days' counts and as what filtered_events deletes
     events = _read(spark, state.uri(FILTERED_EVENTS))
     theirs = None if events is None else events.where(person[USER]).cache()
+    counted_before = state.consumed_version() == table_version(state.uri(FILTERED_EVENTS))
     try:
         if not state.applied_once(request_id):
             state.save_days(_days_without(spark, state, theirs, person), once_as=request_id)
@@ -160,6 +162,8 @@ def erase(
         if theirs is not None:
             theirs.unpersist()
     state.save_days(_processed_recounted(spark, state))
+    if counted_before and FILTERED_EVENTS in tables:  # its delete inserted nothing: `purge` may delete its change data
+        state.counted_through(table_version(state.uri(FILTERED_EVENTS)))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
     state.close_erasure(request_id, uris)
     state.record(run_id, ERASURE_LOG, PROCESSED, {"rows_inserted": 1}, message=f"{request_id}: recorded")
@@ -178,6 +182,46 @@ def files_left(state: StateStore) -> dict[str, dict[str, list[str] | None]]:
             table: files_left_by(_uri(state, table), request["request_id"], request["requested_at"])
             for table, rows in erased.items() if rows}
     return left
+
+
+@dataclass
+class Purge:
+    vacuumed: list[str] = field(default_factory=list)  # tables vacuumed of every file their current version does not read
+    waiting: dict[str, str] = field(default_factory=dict)  # tables left as they are, and why
+    gone: list[str] = field(default_factory=list)  # requests now recorded physically gone
+
+
+def purge(state: StateStore, instance: DagsterInstance, run_id: str | None = None) -> Purge:
+    """Vacuum now, under the lease, each warehouse table that still holds files with erased rows,
+    of every file its current version does not read (the retention 0): what maintenance_job does
+    once its retention has passed. Earlier runs' rewrites left files with the person's rows too,
+    so no file short of that will do; time travel in those tables ends there. Never the source.
+    filtered_events waits until the daily manifest has read its change feed up to now: that read
+    takes the change data files of the commits it has not read yet."""
+    result = Purge()
+    held = sorted({table for tables in files_left(state).values() for table, files in tables.items()
+                   if table != SOURCE and files != []})
+    consumed, filtered = state.consumed_version(), table_version(state.uri(FILTERED_EVENTS))
+    if FILTERED_EVENTS in held and (consumed is None or consumed < filtered):
+        held.remove(FILTERED_EVENTS)
+        result.waiting[FILTERED_EVENTS] = (f"the daily manifest has read its change feed up to version {consumed}, not {filtered}: "
+                                           "run once (incremental-assets run), then purge again")
+    run_id = run_id or f"purge-{uuid4().hex[:8]}"
+    if held:
+        state.acquire(run_id, held, None, alive_in(instance))
+    for table in held:
+        vacuum(state.uri(table), 0, utcnow())
+        result.vacuumed.append(table)
+        state.record(run_id, table, PROCESSED, {}, message="vacuumed of every file its current version does not read (forget --purge)")
+    result.gone = record_gone(state)
+    return result
+
+
+def record_gone(state: StateStore) -> list[str]:
+    """Record as physically gone the requests whose rows no file holds any more (source included)."""
+    gone = [request for request, tables in files_left(state).items() if all(files == [] for files in tables.values())]
+    state.erasures_gone(gone)
+    return gone
 
 
 def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[str], list[str]]:

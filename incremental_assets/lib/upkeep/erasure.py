@@ -13,7 +13,8 @@ Order: the source when asked (`source`), then the daily manifest's pending and l
 need the person's rows), then the tables downstream to upstream, the lifecycle manifest last
 (quarantined_sessions find the person's sessions there), then the days' processed counts
 recounted from daily_aggregates. A source left as it is keeps the person's rows there: every run's
-window drops them (`tombstones`).
+window drops them (`tombstones`). The files that held the rows stay readable through time travel
+until maintenance_job's VACUUM, or `purge` now.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_incremental, run_until_caught_up
@@ -129,6 +129,36 @@ def test_a_source_row_is_deleted_by_the_user_identifier_computed_from_it_and_the
     assert (deleted, left) == (1, [1, 3, 4, 5])
     # Not hex: a commit's random ids (txnId) can hold a short hex string such as "d1" by chance
     assert "zoe" not in json.dumps(commit) and "domain_userid" in json.dumps(commit), commit
+
+
+def test_a_delete_that_meets_a_loaders_append_is_tried_again_and_counts_its_own_commit(spark, tmp_path, monkeypatch):
+    """A source's loader appends while an erasure deletes there (outside the lease): Delta refuses
+    the delete's commit; it is tried again, deletes what the loader brought of the person too, and
+    counts its own commit's rows, not the loader's next one. Any other failure is not tried again."""
+    uri = str(tmp_path / "source")
+    spark.createDataFrame([("zoe", 1), ("ann", 2), ("zoe", 3)], "user_identifier string, n int").write.format("delta").save(uri)
+    person = spark.createDataFrame([("zoe",)], "user_identifier string")
+    merged, calls = write._merged, []
+
+    def loader_meanwhile(*args):
+        calls.append(len(calls))
+        write_deltalake(uri, pa.table({"user_identifier": ["zoe"], "n": [10 + len(calls)]}), mode="append")
+        if len(calls) == 1:
+            raise RuntimeError("[DELTA_CONCURRENT_APPEND] Files were added to partition [] by a concurrent update")
+        result = merged(*args)
+        write_deltalake(uri, pa.table({"user_identifier": ["ann"], "n": [99]}), mode="append")  # after its commit
+        return result
+
+    monkeypatch.setattr(write, "_merged", loader_meanwhile)
+    monkeypatch.setattr(write.time, "sleep", lambda seconds: None)
+    deleted = write.delete_rows(spark, uri, person, ["user_identifier"], user_metadata="erasure-retry")
+    left = sorted(tuple(row) for row in spark.read.format("delta").load(uri).collect())
+    assert (len(calls), deleted, left) == (2, 4, [("ann", 2), ("ann", 99)])
+
+    monkeypatch.setattr(write, "_merged", lambda *args: (_ for _ in ()).throw(RuntimeError("DELTA_MISSING_DELTA_TABLE")))
+    calls.clear()
+    with pytest.raises(RuntimeError, match="DELTA_MISSING_DELTA_TABLE"):
+        write.delete_rows(spark, uri, person, ["user_identifier"], user_metadata="erasure-other")
 
 
 def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spark, tmp_path, capsys):

@@ -13,6 +13,7 @@ table's log is read by deltalake, in the calling process: it must reach the ware
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from functools import reduce
@@ -27,7 +28,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import collect, whole_offsets
-from incremental_assets.lib.delta.log import NOTE_PROPERTY, data_files, filesystem_of, stored_schema, stored_table, table_exists
+from incremental_assets.lib.delta.log import (
+    NOTE_PROPERTY, data_files, filesystem_of, rows_deleted_by, stored_schema, stored_table, table_exists,
+)
 from incremental_assets.lib.delta.read import count_by, partition_kind
 from incremental_assets.lib.delta.spec import DELETED, LOG_CHECKPOINTS, DeltaWriteError, Window, WriteMode
 from incremental_assets.lib.environment import small_writes_by_deltalake
@@ -233,7 +236,23 @@ def delete_rows(
     The rows deleted."""
     target = path_identifier(uri)
     merge = matching.select(*on).distinct().alias("s").mergeInto(target, _on_keys(target, on, derived)).whenMatched().delete()
-    return _merged(spark, merge, deltalake.DeltaTable(uri), uri, {USER_METADATA_CONF: user_metadata}).rows_deleted
+    for attempt in range(1, DELETE_ATTEMPTS + 1):
+        since = datetime.now(timezone.utc)
+        try:
+            _merged(spark, merge, deltalake.DeltaTable(uri), uri, {USER_METADATA_CONF: user_metadata})
+            break
+        except Exception as error:  # noqa: BLE001 - Delta's conflicts reach Python as Spark's captured exceptions
+            if attempt == DELETE_ATTEMPTS or not any(conflict in str(error) for conflict in DELTA_CONFLICTS):
+                raise
+            time.sleep(attempt)
+    # from its own commit: a writer outside the lease (a source's loader) may have committed after it
+    return rows_deleted_by(uri, user_metadata, since) or 0
+
+
+# A delete from a table another writer appends to (a source's loader) conflicts with its appends
+# (Delta's optimistic concurrency): being idempotent, it is tried again, up to this many times.
+DELETE_ATTEMPTS = 5
+DELTA_CONFLICTS = ("DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_TRANSACTION")
 
 
 def truncate(uri: str) -> int:

@@ -57,8 +57,10 @@ def build(spark, root, rows) -> None:
 
 
 def days_counted(warehouse) -> dict:
+    """Per day of the daily manifest: its three counts, its latest load and its longest delay."""
     rows = DeltaTable(f"{warehouse}/daily_aggregation_manifest").to_pyarrow_table().to_pylist()
-    return {row["event_date"]: (row["processed_events"], row["pending_late_events"], row["late_events_total"]) for row in rows}
+    return {row["event_date"]: (row["processed_events"], row["pending_late_events"], row["late_events_total"],
+                                row["max_load_tstamp"], row["max_delay_hours"]) for row in rows}
 
 
 def load_again(spark, rows: pa.Table, person: str, source: str, ids: str = "") -> pa.Table:
@@ -216,7 +218,7 @@ def test_a_forgotten_user_leaves_the_tables_of_a_stream_without_them(built, spar
                                                   for run in late) >= theirs.num_rows  # and the lookback's
     assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")
     counted = days_counted(tmp_path / "with" / "warehouse")
-    assert counted == days_counted(base / "without" / "warehouse") and any(pending for _, pending, _ in counted.values())
+    assert counted == days_counted(base / "without" / "warehouse") and any(pending for _, pending, *_ in counted.values())
     erased = json.loads(request["rows"])
     assert request["status"] == "Processed" and all(erased[table] > 0 for table in HELD), erased
     printed = {line.split()[0]: int(line.split()[1]) for line in said.splitlines() if line.endswith("rows erased")}

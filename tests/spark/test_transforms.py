@@ -187,6 +187,28 @@ def test_the_rows_of_an_erased_user_are_dropped_by_the_hash_of_their_user_id(spa
     assert reasons == {"theirs": "erased_user", "theirs_too": "erased_user", "someone_else": None}
 
 
+def test_the_rows_of_an_erased_attribute_key_are_dropped_from_any_device(spark, warehouse, tmp_path):
+    """With attributes per user_id (the user identifier stays domain_userid), the tombstones of a
+    request hold the person's user identifiers and attribute keys: a device of theirs first seen
+    after the erasure is dropped by its user_id; a row without one is not."""
+    from incremental_assets.lib.state.store import StateStore
+    from incremental_assets.lib.upkeep.erasure import key_hash, salt, tombstones
+
+    settings = IncrementalSettings(start_date="2021-01-01", attribute_key="user_id", erasure_salt_file=str(tmp_path / "salt"))
+    secret, state = salt(settings), StateStore()
+    assert tombstones(settings, state, ["user_id", T.USER]) is None  # nobody erased yet
+    state.open_erasure("erasure-1", "user_id", [key_hash(secret, "zoe")], [key_hash(secret, "D1")], [key_hash(secret, "zoe")], "test")
+    source = events_frame(spark, [
+        event("theirs", "02 10:00", domain_userid="D1", user_id="zoe"),
+        event("their_new_device", "02 11:00", domain_userid="D9", domain_sessionid="S9", user_id="zoe"),
+        event("someone_else", "02 10:00", domain_userid="U2", user_id="ann"),
+        event("anonymous", "02 10:00", domain_userid="U3"),
+    ])
+    erased = tombstones(settings, state, [*source.columns, T.USER])
+    reasons = {r.event_id: r.drop_reason for r in T.classify_window(source, None, settings, erased).collect()}
+    assert reasons == {"theirs": "erased_user", "their_new_device": "erased_user", "someone_else": None, "anonymous": None}
+
+
 def test_missing_device_timestamps_fall_back_to_the_collector_when_allowed(spark):
     # sent := collector 02 09:59 <= created := collector + 3 days: in time.
     settings = IncrementalSettings(start_date="2021-01-01", allow_null_dvce_tstamps=True)

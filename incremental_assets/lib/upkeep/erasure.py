@@ -25,6 +25,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, field, replace
+from functools import reduce
 from pathlib import Path
 from typing import Iterable
 from uuid import uuid4
@@ -91,12 +92,20 @@ def salt(settings: IncrementalSettings, make: bool = True) -> str:
     return path.read_text().strip()
 
 
-def tombstones(settings: IncrementalSettings, state: StateStore) -> Column | None:
-    """Which of a window's rows belong to an erased person (their user_identifier's hash is in the
-    erasure log): every run drops them, so a late load or a keyhole never brings them back. None
-    when nobody was erased."""
-    users = sorted({user for request in state.erasure_log() for user in request["user_hashes"] or []})
-    return hashed(USER, salt(settings, make=False)).isin(users) if users else None
+def tombstones(settings: IncrementalSettings, state: StateStore, columns: Iterable[str]) -> Column | None:
+    """Which of a window's rows (of `columns`, user_identifier among them) belong to an erased
+    person: their user_identifier's hash is in the erasure log, or their attribute key's (a new
+    device or user id of a person whose key was erased). Every run drops them, so a late load or a
+    keyhole never brings them back. None when nobody was erased."""
+    requests = state.erasure_log()
+    if not requests:
+        return None
+    secret = salt(settings, make=False)
+    wanted = {USER: {user for request in requests for user in request["user_hashes"] or []}}
+    if settings.attribute_key != USER and settings.attribute_key in columns:
+        wanted[settings.attribute_key] = {key for request in requests for key in request["attribute_key_hashes"] or []}
+    matches = [hashed(column, secret).isin(sorted(hashes)) for column, hashes in wanted.items() if hashes]
+    return reduce(lambda one, other: one | other, matches) if matches else None
 
 
 def key_hash(secret: str, key: str) -> str:
@@ -147,7 +156,7 @@ def erase(
     counted_before = state.consumed_version() == table_version(state.uri(FILTERED_EVENTS))
     try:
         if not state.applied_once(request_id):
-            state.save_days(_days_without(spark, state, theirs, person), once_as=request_id)
+            state.save_days(_days_without(spark, state, events, theirs, person), once_as=request_id)
         for table in tables:
             uri = uris[table]
             if table == QUARANTINE:
@@ -239,23 +248,27 @@ def _resolve(spark, state, secret, column, hashes, attribute_key) -> tuple[list[
     return sorted(users), sorted(keys)
 
 
-def _days_without(spark, state: StateStore, theirs: DataFrame | None, person: dict[str, Column]):
-    """The days that counted the person's events (`theirs`: their filtered_events rows), without
-    them: their pending late events (held in filtered_events but not yet aggregated: beyond what
-    daily_aggregates counted) and their late events total (the arrival rule's late rows, as the
-    runs that inserted them counted)."""
+def _days_without(spark, state: StateStore, events: DataFrame | None, theirs: DataFrame | None, person: dict[str, Column]):
+    """The days that counted the person's events (`theirs`: their rows of filtered_events, `events`),
+    without them: their pending late events (held in filtered_events but not yet aggregated: beyond
+    what daily_aggregates counted), their late events total (the arrival rule's late rows, as the
+    runs that inserted them counted), and the latest load and longest delay of everyone else's rows."""
     if theirs is None:
         return []
     daily = _read(spark, state.uri(DAILY_AGGREGATES))
     counted = {} if daily is None else {
         r.event_date: r.events for r in daily.where(person["attribute_key"]).groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
-    known, days = state.days(), []
-    for arrived in day_arrivals(theirs):
-        if arrived.day not in known:
-            continue
-        day, pending = known[arrived.day], max(0, arrived.rows - counted.get(arrived.day, 0))
+    known = state.days()
+    arrivals = {arrived.day: arrived for arrived in day_arrivals(theirs) if arrived.day in known}
+    others = {arrived.day: arrived for arrived in day_arrivals(
+        events.where(F.col("event_date").isin(list(arrivals)) & ~F.coalesce(person[USER], F.lit(False))))} if arrivals else {}
+    days = []
+    for on, arrived in arrivals.items():
+        day, pending, rest = known[on], max(0, arrived.rows - counted.get(on, 0)), others.get(on)
         days.append(replace(day, pending_late_events=max(0, day.pending_late_events - pending),
-                            late_events_total=max(0, day.late_events_total - arrived.late_rows)))
+                            late_events_total=max(0, day.late_events_total - arrived.late_rows),
+                            max_load_tstamp=rest.max_load_tstamp if rest else None,
+                            max_delay_hours=rest.max_delay_hours if rest else 0.0))
     return days
 
 

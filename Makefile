@@ -25,11 +25,9 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/incremental-assets demo
 
-# pytest exits 5 when it collects no test; make treats any non-zero exit as a failure. Three test
-# processes on two cores: a test waits on its subprocesses and the daemon's ticks much of the time
-# (tests/conftest.py sizes every driver's heap for that; benchmarks/results/suite.json).
+# pytest exits 5 when it collects no test; make treats any non-zero exit as a failure.
 test: setup $(CHROMIUM) $(POSTGRES)
-	$(BIN)/pytest -q -p no:cacheprovider -m "not soak" -n 3 --dist loadfile
+	$(BIN)/pytest -q -p no:cacheprovider -m "not soak" -n 2 --dist loadfile
 
 # tests/system/test_ui_browser.py drives the Dagster UI in Debian's Chromium (Playwright's own browser
 # downloads are not used): installed once, as root, when it is missing.

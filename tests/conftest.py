@@ -17,7 +17,6 @@ from incremental_assets.lib.spark import SparkResource, build_spark_session
 from tests.s3_server import s3_server
 
 TEST_SHUFFLE_PARTITIONS = 2
-TEST_DRIVER_MEMORY = "3g"
 
 
 def _scratch_dir(prefix: str) -> str:
@@ -35,9 +34,6 @@ os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 os.environ["DAGSTER_HOME"] = _scratch_dir("incremental-assets-dagster-home-")
 # A test's Python UDF runs in this interpreter, with the project's packages (not the system's python3).
 os.environ["PYSPARK_PYTHON"] = sys.executable
-# `make test` runs three test processes, each with its driver, and some start more (the CLI, the
-# warm worker, launched runs): a heap of a third of the machine each would not fit in it.
-os.environ["SPARK_DRIVER_MEMORY"] = TEST_DRIVER_MEMORY
 
 
 TIERS = ("unit", "spark", "components", "pipeline", "system", "soak")

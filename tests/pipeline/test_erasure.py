@@ -406,8 +406,9 @@ def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_th
             loaded_at = load_again(spark, rows, person, str(tmp_path / "with" / "source"), ids="new-")["load_tstamp"][0].as_py().replace(tzinfo=None)
 
             def storing_the_load():  # the first run's window may end before the load (a window is a day at most here)
-                return next((run for run in instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, statuses=[DagsterRunStatus.STARTED]))
-                             if datetime.fromisoformat(run.tags[WINDOW_TAG].split("..")[1]) >= loaded_at), None)
+                started = instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, statuses=[DagsterRunStatus.STARTED]))
+                return next((run for run in started  # a run is tagged with its window once it has planned it
+                             if WINDOW_TAG in run.tags and datetime.fromisoformat(run.tags[WINDOW_TAG].split("..")[1]) >= loaded_at), None)
 
             load = wait_for("the sensors' run of the load to start", storing_the_load, 600)
             config = {"ops": {"forget_keys": {"config": {"keys": [person], "purge": True}}}}

@@ -17,6 +17,7 @@ from incremental_assets.lib.spark import SparkResource, build_spark_session
 from tests.s3_server import s3_server
 
 TEST_SHUFFLE_PARTITIONS = 2
+TEST_DRIVER_MEMORY = "3g"
 
 
 def _scratch_dir(prefix: str) -> str:
@@ -34,6 +35,9 @@ os.environ["INCREMENTAL_ASSETS_CONFIG"] = os.devnull
 os.environ["DAGSTER_HOME"] = _scratch_dir("incremental-assets-dagster-home-")
 # A test's Python UDF runs in this interpreter, with the project's packages (not the system's python3).
 os.environ["PYSPARK_PYTHON"] = sys.executable
+# Every test process has its driver, and some start more (the CLI, the warm worker, launched runs):
+# with a third of the machine's memory each, the kernel killed a test process's JVM at 24 GB.
+os.environ["SPARK_DRIVER_MEMORY"] = TEST_DRIVER_MEMORY
 
 
 TIERS = ("unit", "spark", "components", "pipeline", "system", "soak")

@@ -100,8 +100,11 @@ def test_a_failed_resolution_names_its_cause(jar_cache):
     "physical_gib, heap",
     [(4, "2g"), (8, "2g"), (12, "4g"), (24, "8g"), (64, "8g")],  # a third, from 2 GiB up to 8 GiB
 )
-def test_the_local_driver_takes_a_third_of_the_machine_between_2_and_8_gib(physical_gib, heap):
+def test_the_local_driver_takes_a_third_of_the_machine_between_2_and_8_gib(physical_gib, heap, monkeypatch):
+    monkeypatch.delenv("SPARK_DRIVER_MEMORY", raising=False)
     assert driver_memory(physical_gib * 2**30) == heap
+    monkeypatch.setenv("SPARK_DRIVER_MEMORY", "3g")  # Spark's own variable, when an operator sets it
+    assert driver_memory(physical_gib * 2**30) == "3g" == driver_conf()["spark.driver.memory"]
 
 
 def test_the_driver_loads_spark_and_delta_classes_from_the_archive_set_up_recorded(tmp_path):

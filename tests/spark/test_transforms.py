@@ -196,7 +196,7 @@ def test_the_rows_of_an_erased_attribute_key_are_dropped_from_any_device(spark, 
 
     settings = IncrementalSettings(start_date="2021-01-01", attribute_key="user_id", erasure_salt_file=str(tmp_path / "salt"))
     secret, state = salt(settings), StateStore()
-    assert tombstones(settings, state, ["user_id", T.USER]) is None  # nobody erased yet
+    assert tombstones(settings, state, ["user_id"]) is None  # nobody erased yet
     state.open_erasure("erasure-1", "user_id", [key_hash(secret, "zoe")], [key_hash(secret, "D1")], [key_hash(secret, "zoe")], "test")
     source = events_frame(spark, [
         event("theirs", "02 10:00", domain_userid="D1", user_id="zoe"),
@@ -204,7 +204,7 @@ def test_the_rows_of_an_erased_attribute_key_are_dropped_from_any_device(spark, 
         event("someone_else", "02 10:00", domain_userid="U2", user_id="ann"),
         event("anonymous", "02 10:00", domain_userid="U3"),
     ])
-    erased = tombstones(settings, state, [*source.columns, T.USER])
+    erased = tombstones(settings, state, source.columns)
     reasons = {r.event_id: r.drop_reason for r in T.classify_window(source, None, settings, erased).collect()}
     assert reasons == {"theirs": "erased_user", "their_new_device": "erased_user", "someone_else": None, "anonymous": None}
 

@@ -91,7 +91,7 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     source = read_table(session, source_table_uri())
     quarantined = read_or_empty(session, table_uri(QUARANTINE), QUARANTINE_SCHEMA)
     window = T.window_and_null_cursor_rows(source, settings, limits.lower, limits.upper)
-    erased = tombstones(settings, StateStore(), [*window.columns, T.USER])
+    erased = tombstones(settings, StateStore(), window.columns)
     groups = T.window_groups(T.classify_window(window, quarantined, settings, erased), ts).cache()
     drops = {r["drop_reason"]: r["events"] for r in groups.groupBy("drop_reason").agg(F.sum("events").alias("events")).collect()}
     null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
@@ -216,7 +216,7 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
 
     source = with_optional_columns(read_table(spark.spark_session, source_table_uri()))
     window = None if idle else (limits.lower, limits.upper)  # its every eligible event is accounted for
-    erased = tombstones(settings, StateStore(), [*source.columns, T.USER])
+    erased = tombstones(settings, StateStore(), source.columns)
     candidates = T.candidate_events(source, settings, span, quarantined, window, erased)
     sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
     duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None

@@ -93,10 +93,10 @@ def salt(settings: IncrementalSettings, make: bool = True) -> str:
 
 
 def tombstones(settings: IncrementalSettings, state: StateStore, columns: Iterable[str]) -> Column | None:
-    """Which of a window's rows (of `columns`, user_identifier among them) belong to an erased
-    person: their user_identifier's hash is in the erasure log, or their attribute key's (a new
-    device or user id of a person whose key was erased). Every run drops them, so a late load or a
-    keyhole never brings them back. None when nobody was erased."""
+    """Which of a window's rows belong to an erased person: their user_identifier's hash is in the
+    erasure log, or their attribute key's when the window (`columns`: the source's) holds that
+    column (a new device or user id of a person whose key was erased). Every run drops them, so a
+    late load or a keyhole never brings them back. None when nobody was erased."""
     requests = state.erasure_log()
     if not requests:
         return None

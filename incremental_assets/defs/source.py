@@ -9,6 +9,7 @@ from dagster import (
     AssetSelection,
     Config,
     Definitions,
+    Failure,
     MaterializeResult,
     MetadataValue,
     TableSchema,
@@ -95,6 +96,10 @@ def hours_due(loaded_until: datetime, now: datetime) -> int:
 def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spark: SparkResource) -> MaterializeResult:
     uri = table_uri(ATOMIC_EVENTS)
     state = read_stream_state(uri)
+    if state is None and stored_table(uri) is not None:  # a user's own events (a loader's, an export) at this path
+        raise Failure(f"Nothing was written: {uri} holds events that are not the embedded sample stream, and a "
+                      "materialization of atomic_events would replace them with it. Your loader writes that table; "
+                      "materialize the assets downstream of it", allow_retries=False)
     hours = min(config.hours, hours_due(state[1] if state else SampleParams().start, utcnow()))
     rows = 0
     if hours and state is None:

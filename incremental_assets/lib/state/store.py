@@ -240,6 +240,14 @@ class StateStore(ConfigurableResource):
         if table is not None:
             table.delete()
 
+    def drop_days(self, days: list[date]) -> None:
+        """Delete the rows of days no event counts any more (an erasure took their only events)."""
+        table = stored_table(self.uri(DAILY_MANIFEST))
+        if table is None or not days:
+            return
+        gone = pa.table({"event_date": pa.array(sorted(days), pa.date32())})
+        table.merge(gone, predicate="t.event_date = s.event_date", source_alias="s", target_alias="t").when_matched_delete().execute()
+
     def mark_to_process(self, days: list[date], run_id: str) -> None:
         """Mark days to be recomputed whole (the daily sensor, or `run`, requests them)."""
         known = self.days()

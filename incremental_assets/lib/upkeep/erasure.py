@@ -12,9 +12,9 @@ once, under a Delta transaction identifier of the request.
 Order: the source when asked (`source`), then the daily manifest's pending and late counts (they
 need the person's rows), then the tables downstream to upstream, the lifecycle manifest last
 (quarantined_sessions find the person's sessions there), then the days' processed counts
-recounted from daily_aggregates. A source left as it is keeps the person's rows there: every run's
-window drops them (`tombstones`). The files that held the rows stay readable through time travel
-until maintenance_job's VACUUM, or `purge` now.
+recounted from daily_aggregates, and the days left with no event dropped. A source left as it is
+keeps the person's rows there: every run's window drops them (`tombstones`). The files that held
+the rows stay readable through time travel until maintenance_job's VACUUM, or `purge` now.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ def erase(
         if theirs is not None:
             theirs.unpersist()
     state.save_days(_processed_recounted(spark, state))
+    state.drop_days(_days_emptied(spark, state))
     if counted_before and FILTERED_EVENTS in tables:  # its delete inserted nothing: `purge` may delete its change data
         state.counted_through(table_version(state.uri(FILTERED_EVENTS)))
     state.record(run_id, DAILY_MANIFEST, PROCESSED, {}, message=f"{request_id}: the days' counts without the erased rows")
@@ -280,6 +281,18 @@ def _processed_recounted(spark, state: StateStore):
     held = {r.event_date: r.events for r in daily.groupBy("event_date").agg(F.sum("events").alias("events")).collect()}
     return [replace(day, processed_events=held.get(d, 0)) for d, day in state.days().items()
             if day.processed_events and day.processed_events != held.get(d, 0)]
+
+
+def _days_emptied(spark, state: StateStore) -> list:
+    """The manifest's days that filtered_events holds no row of any more (the person's were their
+    only events): a warehouse built without the person has no such day. Only days with nothing
+    processed or pending are looked up."""
+    idle = [on for on, day in state.days().items() if not day.processed_events and not day.pending_late_events]
+    events = _read(spark, state.uri(FILTERED_EVENTS))
+    if not idle or events is None:
+        return []
+    held = {r.event_date for r in events.where(F.col("event_date").isin(idle)).select("event_date").distinct().collect()}
+    return [on for on in idle if on not in held]
 
 
 def _uri(state: StateStore, table: str) -> str:

@@ -358,8 +358,10 @@ def test_a_forget_killed_half_way_is_finished_by_the_same_command(built, spark, 
 
 def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_without_them(built, s3, tmp_path, capsys):
     """The same warehouse and its source in a bucket of moto's S3 server: `forget --source` as a
-    command deletes the person's rows from the source too, `--status` and the maintenance job read
-    and delete there, and no earlier version of a table reads the person."""
+    command deletes the person's rows from the source too; `--status` reads there; once the
+    source's owner has vacuumed it, `forget --purge` deletes the warehouse's files that held the
+    rows and records the request gone; the maintenance job runs on; no earlier version of a table
+    reads the person."""
     rows, person, base = built
     warehouse, source = f"s3a://{BUCKET}/erasure/warehouse", f"s3://{BUCKET}/erasure/source"
     for local, remote in ((base / "with" / "warehouse", warehouse), (base / "with" / "source", source)):
@@ -374,16 +376,14 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
         [request] = StateStore().erasure_log()
         status = subprocess.run([sys.executable, "-m", "incremental_assets", "forget", "--status"], env=dict(os.environ),
                                 capture_output=True, text=True, timeout=300)
-        for table in json.loads(request["rows"]):  # as if the retention had passed: every file no version needs
-            uri = source if table == "source" else f"{warehouse}/{table}"  # the source's, as its owner would
-            DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-        # The change data files the erasure wrote are past the retention of a VACUUM eight days on.
-        eight_days_on, retention = utcnow() + timedelta(days=8), IncrementalSettings(**SETTINGS).maintenance_retention_hours
-        for table in json.loads(request["rows"]).keys() - {"source"}:
-            write.vacuum(f"{warehouse}/{table}", retention, eight_days_on)
+        # the source's owner vacuums it (every file no version needs); the warehouse is purged
+        DeltaTable(source).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        purged = subprocess.run([sys.executable, "-m", "incremental_assets", "forget", "--purge"], env=dict(os.environ),
+                                capture_output=True, text=True, timeout=600)
+        assert purged.returncode == 0, purged.stdout[-3000:] + purged.stderr[-3000:]
+        [gone] = StateStore().erasure_log()
         maintained = build_definitions(IncrementalSettings(**SETTINGS)).resolve_job_def("maintenance_job").execute_in_process(
             instance=DagsterInstance.ephemeral())
-        [gone] = StateStore().erasure_log()
         capsys.readouterr()
         assert main(["forget", "--status"]) == 0
         after = capsys.readouterr().out
@@ -393,8 +393,9 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
     left = DeltaTable(source).to_pyarrow_table(columns=["domain_userid"]).column(0).to_pylist()
     assert person not in left and len(left) == rows.num_rows - rows.column("domain_userid").to_pylist().count(person)
     assert json.loads(request["rows"])["source"] == rows.num_rows - len(left)
-    assert maintained.success and gone["physically_gone_at"] is not None
-    assert "physically gone" in after and "readable" not in after, after
+    assert all(f"  {table:<28} " in purged.stdout for table in HELD) and "not purged" not in purged.stdout, purged.stdout
+    assert f"Erasure {request['request_id']}: physically gone" in purged.stdout and gone["physically_gone_at"] is not None
+    assert maintained.success and "physically gone" in after and "readable" not in after, after
     assert request["status"] == "Processed" and all(json.loads(request["rows"])[table] > 0 for table in HELD), request
     assert person not in json.dumps(DeltaTable(f"{warehouse}/erasure_log").to_pyarrow_table().to_pylist(), default=str)
     assert comparable_tables(warehouse) == comparable_tables(base / "without" / "warehouse")

@@ -5,7 +5,8 @@
 A stream at a real site's shape (measure.EVENTS_PER_USER) with `--histories` days, processed; then
 one untimed request (the warehouse's first MERGEs compile), then one `forget` request per entry of
 `--keys` (that many people at once, never the same person twice), timed as the command runs it:
-resolve, delete from every table, recount, audit. Writes
+resolve, delete from every table, recount, audit; then `forget --purge` of them all, timed (each
+table vacuumed of every file its current version does not read). Writes
 benchmarks/results/erasure.json.
 """
 
@@ -21,7 +22,8 @@ from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import incremental_of
 from incremental_assets.lib import environment
-from incremental_assets.lib.upkeep.erasure import erase
+from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.upkeep.erasure import erase, purge
 
 from measure import save_results
 
@@ -58,6 +60,10 @@ def main() -> None:
                 seconds = time.perf_counter() - started
                 history["requests"].append({"keys": count, "seconds": round(seconds, 1),
                                             "seconds_per_key": round(seconds / count, 2), "rows_erased": sum(erasure.rows.values())})
+            started = time.perf_counter()
+            purged = purge(StateStore(), bench.instance)
+            history["purge"] = {"seconds": round(time.perf_counter() - started, 1), "tables": len(purged.vacuumed),
+                                "waiting": sorted(purged.waiting), "requests_gone": len(purged.gone)}
             results["histories"][str(days)] = history
     save_results("erasure", results)
 

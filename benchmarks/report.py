@@ -377,23 +377,31 @@ def maintenance(m: dict) -> list[str]:
     ]
 
 
+def _purged(purge: dict | None) -> str:
+    if purge is None:
+        return "—"
+    waiting = f"; waiting: {', '.join(purge['waiting'])}" if purge["waiting"] else ""
+    return f"{purge['seconds']} ({purge['tables']}{waiting})"
+
+
 def erasure(e: dict) -> list[str]:
     """Seconds per forget request against the warehouse's size."""
     keys = sorted({request["keys"] for history in e["histories"].values() for request in history["requests"]})
     command = (f".venv/bin/python benchmarks/erasure.py --events-per-day {e['events_per_day']} --histories "
                + " ".join(e["histories"]) + " --keys " + " ".join(map(str, keys)))
     header = ["days of history", "filtered_events rows", "attributes_history rows",
-              *(f"{n} key{'s' if n > 1 else ''}: s (s per key)" for n in keys)]
+              *(f"{n} key{'s' if n > 1 else ''}: s (s per key)" for n in keys), "purge: s (tables vacuumed)"]
     rows = []
     for days, history in e["histories"].items():
         timed = {request["keys"]: f"{request['seconds']} ({request['seconds_per_key']})" for request in history["requests"]}
         rows.append([days, f"{history['rows_before']['filtered_events']:,}", f"{history['rows_before']['attributes_history']:,}",
-                     *(timed.get(n, "—") for n in keys)])
+                     *(timed.get(n, "—") for n in keys), _purged(history.get("purge"))])
     return [
         "## Erasure",
         "",
         (f"`forget` of people never forgotten before, as the command runs it (resolve, delete from every table, recount, "
-         f"audit), at a real site's shape ({e['events_per_day']:,} events a day). Command: `{command}`."),
+         f"audit), then `forget --purge` of them all (every table vacuumed of the files its current version does not read), "
+         f"at a real site's shape ({e['events_per_day']:,} events a day). Command: `{command}`."),
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),

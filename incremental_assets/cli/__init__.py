@@ -345,14 +345,15 @@ def _spark():
 
 
 def _generate(args) -> None:
-    from incremental_assets.cli.runner import instance_or_default, record_source_load
+    from incremental_assets.cli.runner import instance_or_default
+    from incremental_assets.lib.state.hooks import record_source_version
     from incremental_assets.lib.sample.generator import SampleParams
     from incremental_assets.lib.sample.stream import append_hours, generate_stream
 
     uri = environment.table_uri(environment.ATOMIC_EVENTS)
     if args.append_hours is not None:
         rows = append_hours(_spark(), uri, args.append_hours)
-        record_source_load(instance_or_default(None), rows, f"sample stream: {args.append_hours} more hour(s)")
+        record_source_version(instance_or_default(None), f"sample stream: {args.append_hours} more hour(s)", rows)
         print(f"Appended {args.append_hours} hourly load batch(es), {rows} rows, to {uri}")
         return
     params = SampleParams(
@@ -366,7 +367,7 @@ def _generate(args) -> None:
         **({"start_date": args.start_date} if args.start_date else {}),
     )
     rows = generate_stream(_spark(), uri, params)
-    record_source_load(instance_or_default(None), rows, "sample stream")
+    record_source_version(instance_or_default(None), "sample stream", rows)
     print(f"Wrote {rows} sample events ({params.days} days from {params.start_date}) to {uri}")
 
 

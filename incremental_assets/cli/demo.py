@@ -28,7 +28,8 @@ SHOWN_ATTRIBUTES = ("attribute_key", "page_views", "page_views_7d", "sessions_7d
 def run_demo() -> None:
     started = time.perf_counter()
     environment.dagster_home()
-    from incremental_assets.cli.runner import instance_or_default, record_source_load, run_until_caught_up
+    from incremental_assets.cli.runner import instance_or_default, run_until_caught_up
+    from incremental_assets.lib.state.hooks import record_source_version
     from incremental_assets.lib.sample.generator import SampleParams
     from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state
     from incremental_assets.lib.spark import build_spark_session
@@ -44,7 +45,7 @@ def run_demo() -> None:
         params = state[0]
         rows = append_hours(spark, source, DEMO_APPEND_HOURS)
         print(f"Sample stream continued: {DEMO_APPEND_HOURS} more hourly load batches, {rows} events")
-    record_source_load(instance_or_default(None), rows, "sample stream")
+    record_source_version(instance_or_default(None), "sample stream", rows)
     settings_file = ensure_start_date(params.start_date)
 
     settings = load_settings(overrides=DEMO_OVERRIDES)

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from dagster import AssetKey, AssetMaterialization, DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
 from incremental_assets.lib import environment, timings
 from incremental_assets.lib.catalog import (
-    ATOMIC_EVENTS,
     DAILY_AGGREGATES,
     DAILY_JOB,
     EVENTS_THIS_RUN,
@@ -29,7 +28,7 @@ from incremental_assets.lib.catalog import (
     QUARANTINE,
     incremental_versions,
 )
-from incremental_assets.lib.delta.log import row_count, table_version
+from incremental_assets.lib.delta.log import row_count
 from incremental_assets.lib.errors import StepFailure, step_failure
 from incremental_assets.lib.incremental.days import daily_runs, day_range, days_window_tags
 from incremental_assets.lib.incremental.limits import RunState, next_standard_lower
@@ -39,7 +38,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.arrivals import Arrival, ArrivalBounds
 from incremental_assets.lib.source.loader import Load, LoadOptions, load
 from incremental_assets.lib.state.fingerprints import Plan
-from incremental_assets.lib.state.hooks import alive_in, behind_daily_aggregates, runs_in_flight
+from incremental_assets.lib.state.hooks import alive_in, behind_daily_aggregates, record_source_version, runs_in_flight
 from incremental_assets.lib.state.settings_plan import pending_plan
 from incremental_assets.lib.state.run_log import PROCESSED, ROWS_KEPT, ROWS_READ, skip_reasons
 from incremental_assets.lib.state.store import StateStore
@@ -174,16 +173,6 @@ def instance_or_default(instance: DagsterInstance | None) -> DagsterInstance:
     return instance
 
 
-def record_source_load(instance: DagsterInstance, rows: int, how: str) -> None:
-    """A load into the source, recorded in the Dagster instance as a materialization of
-    atomic_events: the UI shows when the source last changed, and a run launched there finds its
-    upstream materialized."""
-    uri = environment.source_table_uri()
-    instance.report_runless_asset_event(AssetMaterialization(
-        ATOMIC_EVENTS, description=how, metadata={"rows_loaded": rows, "dagster/uri": uri, "delta_version": table_version(uri)},
-    ))
-
-
 def _execute(job_name: str | None, settings: IncrementalSettings, instance, run_config=None, tags=None,
              assets: list[AssetKey] | None = None) -> RunSummary:
     """Run a job of definitions built from these settings (so the daily partitions start at their
@@ -309,7 +298,7 @@ def load_export(
         report(line)
     if result.written:
         instance = instance_or_default(instance)
-        record_source_load(instance, result.rows, f"incremental-assets load {path}")
+        record_source_version(instance, f"incremental-assets load {path}", result.rows)
     outcome = LoadOutcome(result)
     if not result.arrivals[Arrival.BEHIND]:
         return outcome

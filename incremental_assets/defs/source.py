@@ -9,7 +9,6 @@ from dagster import (
     AssetSelection,
     Config,
     Definitions,
-    Failure,
     MaterializeResult,
     MetadataValue,
     TableSchema,
@@ -91,15 +90,16 @@ def hours_due(loaded_until: datetime, now: datetime) -> int:
     group_name=SOURCE_GROUP,
     description="The source events table (Snowplow atomic columns, partitioned by load_date): the sample "
     "stream here, or your own table (INCREMENTAL_ASSETS_SOURCE). Each materialization appends the sample "
-    "stream's next hourly load batch(es) that are due by now, as a loader would; the first one starts the stream.",
+    "stream's next hourly load batch(es) that are due by now, as a loader would; the first one starts the stream. "
+    "On your own events it writes nothing and records the version your loader left.",
 )
 def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spark: SparkResource) -> MaterializeResult:
     uri = table_uri(ATOMIC_EVENTS)
     state = read_stream_state(uri)
     if state is None and stored_table(uri) is not None:  # a user's own events (a loader's, an export) at this path
-        raise Failure(f"Nothing was written: {uri} holds events that are not the embedded sample stream, and a "
-                      "materialization of atomic_events would replace them with it. Your loader writes that table; "
-                      "materialize the assets downstream of it", allow_retries=False)
+        context.log.warning(f"Nothing appended: {uri} holds events that are not the embedded sample stream (your "
+                            "loader's), which the sample would replace; their version is recorded as they are")
+        return MaterializeResult(metadata=_source_metadata(uri, rows=0, hours=0, loaded_until=None))
     hours = min(config.hours, hours_due(state[1] if state else SampleParams().start, utcnow()))
     rows = 0
     if hours and state is None:
@@ -111,18 +111,20 @@ def atomic_events(context: AssetExecutionContext, config: SampleBatchConfig, spa
     if hours < config.hours:
         context.log.info(f"{hours} of the {config.hours} hour(s) asked for were due: the stream is loaded up to "
                          f"{loaded_until}, and its next hour comes due at {loaded_until + timedelta(hours=1) if loaded_until else '?'}")
+    return MaterializeResult(metadata=_source_metadata(uri, rows, hours, loaded_until))
+
+
+def _source_metadata(uri: str, rows: int, hours: int, loaded_until: datetime | None) -> dict:
     stored = stored_table(uri)
-    return MaterializeResult(
-        metadata={
-            "rows_appended": rows,
-            "hours_appended": hours,
-            "loaded_until": str(loaded_until),
-            "delta_version": last_commit(uri).version if stored else None,
-            "table_uri": MetadataValue.path(uri),
-            **({"dagster/row_count": row_count(uri), "dagster/column_schema": TableSchema(columns=stored_columns(stored))}
-               if stored else {}),
-        }
-    )
+    return {
+        "rows_appended": rows,
+        "hours_appended": hours,
+        "loaded_until": str(loaded_until),
+        "delta_version": last_commit(uri).version if stored else None,
+        "table_uri": MetadataValue.path(uri),
+        **({"dagster/row_count": row_count(uri), "dagster/column_schema": TableSchema(columns=stored_columns(stored))}
+           if stored else {}),
+    }
 
 
 sample_load_job = define_asset_job(

@@ -15,11 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import load_export, run_days, run_incremental, run_until_caught_up
 from incremental_assets.defs.base.limits import source_rows_behind_the_cursor
+from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.write import last_commit
 from incremental_assets.lib.sample.generator import ARROW_SCHEMA, SampleParams, generate_table
@@ -112,6 +113,18 @@ def test_every_row_a_run_reads_is_stored_or_counted_under_a_reason(every_anomaly
         "duplicate", "beyond_session_cap", "event_name_filtered", "null_derived_tstamp", "before_start_date",
         "null_cursor",
     } <= set(reasons), reasons
+
+
+def test_the_version_a_loader_wrote_is_recorded_once_as_atomic_events(every_anomaly):
+    """A source written outside this project's loads (here, before any run): the first run that reads
+    it records its version in the instance as a materialization of atomic_events, so the UI shows
+    when the source last changed and a launch there finds its upstream materialized (the finding:
+    "upstream not materialized: atomic_events" on every launch). The runs after it add none."""
+    runs, _, _, root, _, instance = every_anomaly
+    [record] = instance.fetch_materializations(AssetKey("atomic_events"), limit=10).records
+    metadata = record.asset_materialization.metadata
+    source = str(root / "source")
+    assert len(runs) >= 3 and (metadata["delta_version"].value, metadata["dagster/uri"].value) == (table_version(source), source)
 
 
 def test_rows_no_window_reads_are_counted_when_they_arrive(every_anomaly):

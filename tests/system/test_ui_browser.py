@@ -43,7 +43,8 @@ from pathlib import Path
 import pytest
 
 from incremental_assets.cli.demo import ensure_start_date
-from incremental_assets.cli.runner import instance_or_default, record_source_load
+from incremental_assets.cli.runner import instance_or_default
+from incremental_assets.lib.state.hooks import record_source_version
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import RETRY_TAG, WORKER_TAG
@@ -171,7 +172,7 @@ def _prepare(spark, tmp_path: Path, monkeypatch) -> dict:
     params = SampleParams(users=8, days=DAYS, events_per_day=200, start_date=start, seed=11)
     rows = generate_stream(spark, environment.table_uri(environment.ATOMIC_EVENTS, str(warehouse)), params)
     assert rows > 0
-    record_source_load(instance_or_default(None), rows, "sample stream")  # as `incremental-assets generate` does
+    record_source_version(instance_or_default(None), "sample stream", rows)  # as `incremental-assets generate` does
     ensure_start_date(start)  # start_date: the stream's first day, as `make demo` writes it
     assert f"start_date: '{start.isoformat()}'" in settings.read_text()
 

@@ -41,6 +41,7 @@ from incremental_assets.lib.source.contract import (
     SourceContractError, arrived_since, first_after, require_processable, rows_within,
 )
 from incremental_assets.lib.spark import SparkResource
+from incremental_assets.lib.state.hooks import record_source_version
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.records import ManifestEntry
 from incremental_assets.lib.state.store import StateStore, run_of
@@ -144,6 +145,7 @@ def new_event_limits(
             require_identifier_sql(spark.session_for(rows_within(source, settings, limits.lower, limits.upper)), source, settings)
     except SourceContractError as error:
         raise Failure(description=str(error)) from None
+    record_source_version(context.instance, "The source as a run first read it (your loader's version)")
     for line in limits.log_lines:
         context.log.info(line)
     run_id = run_of(context)

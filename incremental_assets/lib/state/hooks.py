@@ -1,8 +1,9 @@
 """Where the run log is written: the lease when a run starts writing (a run's first writer,
 refresh and maintenance acquire it, with `alive_in` to judge other holders), and each asset's
 outcome when its step ends (the hooks below, attached to the jobs). And the same judgement for the
-Dagster instance: a started run whose process is gone is failed there (`runs_in_flight`); and
-which tables that follow daily_aggregates are behind it there (`behind_daily_aggregates`)."""
+Dagster instance: a started run whose process is gone is failed there (`runs_in_flight`); which
+tables that follow daily_aggregates are behind it there (`behind_daily_aggregates`); and the
+source's versions, recorded there as atomic_events' materializations (`record_source_version`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Callable
 
 from dagster import (
     AssetKey,
+    AssetMaterialization,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
@@ -23,7 +25,9 @@ from dagster import (
 from dagster._core.definitions.decorators.hook_decorator import event_list_hook
 from dagster._core.definitions.events import HookExecutionResult
 
-from incremental_assets.lib.catalog import DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
+from incremental_assets.lib.catalog import ATOMIC_EVENTS, DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
+from incremental_assets.lib.delta.log import table_version
+from incremental_assets.lib.environment import source_table_uri
 from incremental_assets.lib.errors import step_failure
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
 from incremental_assets.lib.state.run_log import PROCESSED, Record
@@ -143,3 +147,26 @@ def behind_daily_aggregates(instance: DagsterInstance) -> list[AssetKey]:
         return []
     latest = {key: instance.fetch_materializations(AssetKey(key), limit=1).records for key in FROM_DAILY}
     return [AssetKey(key) for key, records in latest.items() if not (records and records[0].storage_id > daily[0].storage_id)]
+
+
+def record_source_version(instance: DagsterInstance, how: str, rows: int | None = None) -> bool:
+    """Record the source table's current version in the instance as a materialization of
+    atomic_events, so that the UI shows when the source last changed and a launch there finds its
+    upstream materialized: every load of this project's (`rows`: how many it appended), and a
+    version a loader of yours wrote, once, when a run first reads it. Whether it recorded one."""
+    uri = source_table_uri()
+    version = table_version(uri)
+    if version is None:
+        return False
+    latest = instance.get_latest_materialization_event(AssetKey(ATOMIC_EVENTS))
+    seen = latest.asset_materialization.metadata if latest and latest.asset_materialization else {}
+    seen_uri = _value(seen.get("dagster/uri") or seen.get("table_uri"))  # a load's, or the sample asset's
+    if rows is None and _value(seen.get("delta_version")) == version and seen_uri == uri:
+        return False
+    metadata = {"dagster/uri": uri, "delta_version": version, **({"rows_loaded": rows} if rows is not None else {})}
+    instance.report_runless_asset_event(AssetMaterialization(ATOMIC_EVENTS, description=how, metadata=metadata))
+    return True
+
+
+def _value(entry) -> object:
+    return getattr(entry, "value", entry)

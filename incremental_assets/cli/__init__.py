@@ -421,6 +421,8 @@ def _forget(args) -> int:
             print(f"  {table:<28} not purged: {why}")
         for request in purged.gone:
             print(f"Erasure {request}: physically gone")
+        for table in purged.log_cut:
+            print(f"  {table:<28} log cut at its current version: no older commit (nor its files' statistics) is left")
     return 0
 
 

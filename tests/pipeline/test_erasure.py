@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from deltalake import DeltaTable, write_deltalake
@@ -89,20 +90,40 @@ def settled(instance: DagsterInstance, since: float) -> bool:
 
 
 def unreadable_before(warehouse: str, request_id: str, person: str, source: str | None = None) -> None:
-    """At every version of each table (and the source, if given) before the erasure: its files are
-    gone, or none holds the person's rows."""
+    """At every version of each table (and the source, if given) before the erasure (before the
+    oldest one its log holds, once a purge has cut it): its files or its commits are gone, or none
+    holds the person's rows."""
     for table in (*HELD, *(["source"] if source else [])):
         uri = source if table == "source" else f"{warehouse}/{table}"
-        erasing = next(h["version"] for h in DeltaTable(uri).history() if h.get("userMetadata") == request_id)
+        history = DeltaTable(uri).history()
+        erasing = next((h["version"] for h in history if h.get("userMetadata") == request_id), min(h["version"] for h in history))
         column = {"filtered_events": "user_identifier", "sessions": "user_identifier", "sessions_lifecycle_manifest": "user_identifier",
                   "source": "domain_userid"}.get(table, "attribute_key")
         for version in range(erasing):
             try:
                 rows = DeltaTable(uri, version=version).to_pyarrow_table(columns=[column])
             except Exception as unreadable:  # noqa: BLE001 - deltalake names a missing file in its own error types
-                assert "not found" in str(unreadable).lower() or "no such file" in str(unreadable).lower(), unreadable
+                assert any(gone in str(unreadable).lower() for gone in ("not found", "no such file", "no files in log segment")), unreadable
                 continue
             assert person not in rows.column(column).to_pylist(), f"{table} version {version} still reads the person"
+
+
+def logged(uri: str, person: str) -> list[str]:
+    """The files of a table's log (commits, checkpoints, checksums) that name the person: the
+    statistics of a file they added (a column's minimum or maximum), say."""
+    filesystem, root = filesystem_of(uri)
+    named = []
+    for info in filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log")):
+        if info.type != pafs.FileType.File:
+            continue
+        if info.base_name.endswith(".parquet"):
+            text = str(pq.read_table(info.path, filesystem=filesystem).to_pylist())
+        else:
+            with filesystem.open_input_stream(info.path) as stream:
+                text = stream.read().decode(errors="replace")
+        if person in text:
+            named.append(info.base_name)
+    return named
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +300,9 @@ def test_a_purge_makes_the_erased_rows_unreadable_at_once_and_runs_read_on(built
     assert all(f"  {table:<28} " in said["first"] for table in HELD) and "not purged" not in said["first"], said["first"]
     assert f"Erasure {request['request_id']}: physically gone" in said["first"] and request["physically_gone_at"] is not None
     assert "physically gone" in said["status"] and "readable" not in said["status"], said["status"]
+    assert all(f"  {table:<28} log cut at its current version" in said["first"] for table in HELD), said["first"]
     unreadable_before(str(tmp_path / "with" / "warehouse"), request["request_id"], person)
+    assert {table: logged(str(tmp_path / "with" / "warehouse" / table), person) for table in HELD} == {table: [] for table in HELD}
     assert all(run.success for run in said["runs"]), [run.error for run in said["runs"]]
     assert comparable_tables(tmp_path / "with" / "warehouse") == comparable_tables(base / "without" / "warehouse")
     assert days_counted(tmp_path / "with" / "warehouse") == days_counted(base / "without" / "warehouse")
@@ -298,7 +321,9 @@ def test_a_purge_leaves_filtered_events_until_the_daily_manifest_has_read_its_ch
     assert "  filtered_events" in said["again"] and "not purged" not in said["again"], said["again"]
     assert f"Erasure {gone['request_id']}: physically gone" in said["again"] and gone["physically_gone_at"] is not None
     assert "physically gone" in said["status"] and "readable" not in said["status"], said["status"]
+    assert "log cut" not in said["first"] and all(f"  {table:<28} log cut" in said["again"] for table in HELD), said
     unreadable_before(str(tmp_path / "with" / "warehouse"), gone["request_id"], person)
+    assert {table: logged(str(tmp_path / "with" / "warehouse" / table), person) for table in HELD} == {table: [] for table in HELD}
 
 
 def test_a_day_whose_only_events_were_forgotten_leaves_the_daily_manifest(built, tmp_path):
@@ -401,6 +426,7 @@ def test_a_forgotten_user_on_an_object_store_leaves_the_tables_of_a_stream_witho
     assert comparable_tables(warehouse) == comparable_tables(base / "without" / "warehouse")
     assert days_counted(warehouse) == days_counted(base / "without" / "warehouse")
     unreadable_before(warehouse, request["request_id"], person, source)
+    assert {table: logged(f"{warehouse}/{table}", person) for table in HELD} == {table: [] for table in HELD}
 
 
 def test_a_person_forgotten_while_the_daemons_sensors_run_is_erased_from_what_their_runs_stored(built, spark, tmp_path):

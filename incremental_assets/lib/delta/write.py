@@ -300,6 +300,25 @@ def vacuum(uri: str, retention_hours: float, now: datetime) -> None:
             filesystem.delete_file(info.path)
 
 
+def cut_log(uri: str) -> int:
+    """Checkpoint the table at its current version and delete every log file before that version
+    (commits, checkpoints, checksums): what Delta's log cleanup does once `logRetentionDuration`
+    has passed (30 days by default), now. Older commits keep each file they added with its
+    statistics, a string column's minimum and maximum, which can be an erased key. Time travel
+    starts at the current version after it. The log files deleted."""
+    table = deltalake.DeltaTable(uri)
+    table.create_checkpoint()
+    version = table.version()
+    filesystem, root = filesystem_of(uri)
+    deleted = 0
+    for info in filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log")):
+        number = info.base_name.lstrip(".").split(".")[0]  # `.N.json.crc`: a local file system's checksum of one
+        if info.type == pafs.FileType.File and number.isdigit() and int(number) < version:
+            filesystem.delete_file(info.path)
+            deleted += 1
+    return deleted
+
+
 def append_rows(uri: str, rows: pa.Table, txn: Txn) -> WriteResult:
     """Append a few rows (a run's record) with deltalake: milliseconds, where a Spark write of one
     row costs a job and a second. Same transaction identifier rule as `write`."""

@@ -49,8 +49,10 @@ from incremental_assets.lib.catalog import (
     SESSIONS,
     extra_incremental,
 )
-from incremental_assets.lib.delta.log import files_left_by, stored_schema, stored_table, table_exists, table_version
-from incremental_assets.lib.delta.write import delete_rows, vacuum
+from incremental_assets.lib.delta.log import (
+    files_left_by, first_data_change, stored_schema, stored_table, table_exists, table_version,
+)
+from incremental_assets.lib.delta.write import cut_log, delete_rows, vacuum
 from incremental_assets.lib.environment import dagster_home, source_table_uri
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import alive_in
@@ -200,6 +202,7 @@ class Purge:
     vacuumed: list[str] = field(default_factory=list)  # tables vacuumed of every file their current version does not read
     waiting: dict[str, str] = field(default_factory=dict)  # tables left as they are, and why
     gone: list[str] = field(default_factory=list)  # requests now recorded physically gone
+    log_cut: list[str] = field(default_factory=list)  # tables whose log before their current version was deleted
 
 
 def purge(state: StateStore, instance: DagsterInstance, run_id: str | None = None) -> Purge:
@@ -208,24 +211,50 @@ def purge(state: StateStore, instance: DagsterInstance, run_id: str | None = Non
     once its retention has passed. Earlier runs' rewrites left files with the person's rows too,
     so no file short of that will do; time travel in those tables ends there. Never the source.
     filtered_events waits until the daily manifest has read its change feed up to now: that read
-    takes the change data files of the commits it has not read yet."""
+    takes the change data files of the commits it has not read yet. Once a request is gone, the
+    log of each table it erased from is cut at its current version (`cut_log`: older commits hold
+    the statistics of the files they added), unless a request still pending needs its commits."""
     result = Purge()
-    held = sorted({table for tables in files_left(state).values() for table, files in tables.items()
+    pending = files_left(state)
+    held = sorted({table for tables in pending.values() for table, files in tables.items()
                    if table != SOURCE and files != []})
-    consumed, filtered = state.consumed_version(), table_version(state.uri(FILTERED_EVENTS))
-    if FILTERED_EVENTS in held and (consumed is None or consumed < filtered):
+    if FILTERED_EVENTS in held and not _change_feed_read(state):
         held.remove(FILTERED_EVENTS)
-        result.waiting[FILTERED_EVENTS] = (f"the daily manifest has read its change feed up to version {consumed}, not {filtered}: "
-                                           "run once (incremental-assets run), then purge again")
+        result.waiting[FILTERED_EVENTS] = (f"the daily manifest has read its change feed up to version {state.consumed_version()}, "
+                                           f"not {table_version(state.uri(FILTERED_EVENTS))}: run once (incremental-assets run), "
+                                           "then purge again")
+    erased_from = sorted({table for tables in pending.values() for table in tables if table != SOURCE})
     run_id = run_id or f"purge-{uuid4().hex[:8]}"
-    if held:
-        state.acquire(run_id, held, None, alive_in(instance))
+    if erased_from:
+        state.acquire(run_id, erased_from, None, alive_in(instance))
     for table in held:
         vacuum(state.uri(table), 0, utcnow())
         result.vacuumed.append(table)
-        state.record(run_id, table, PROCESSED, {}, message="vacuumed of every file its current version does not read (forget --purge)")
     result.gone = record_gone(state)
+    needed = {table for request, tables in pending.items() if request not in result.gone for table in tables}
+    for table in sorted({table for request in result.gone for table in pending[request]} - needed - {SOURCE}):
+        if table == FILTERED_EVENTS and not _change_feed_read(state):  # its next read starts at a commit the cut would take
+            result.waiting[table] = "its log is not cut: the daily manifest has not read its change feed up to now"
+            continue
+        cut_log(state.uri(table))
+        result.log_cut.append(table)
+    for table in erased_from:
+        done = [what for what, tables in (("vacuumed of every file its current version does not read", result.vacuumed),
+                                          ("its log cut at its current version", result.log_cut)) if table in tables]
+        state.record(run_id, table, PROCESSED, {}, message=f"{', '.join(done) or 'nothing left to purge'} (forget --purge)")
     return result
+
+
+def _change_feed_read(state: StateStore) -> bool:
+    """Whether the daily manifest has read filtered_events' change feed up to its current version;
+    when the commits after the one it read changed no data (a vacuum's, a compaction's), that is
+    recorded first, so that its next read starts after them."""
+    uri = state.uri(FILTERED_EVENTS)
+    consumed, version = state.consumed_version(), table_version(uri)
+    if consumed is not None and consumed < version and first_data_change(uri, consumed + 1, version) is None:
+        state.counted_through(version)
+        consumed = version
+    return consumed is not None and consumed >= version
 
 
 def record_gone(state: StateStore) -> list[str]:

@@ -6,7 +6,7 @@ A stream at a real site's shape (measure.EVENTS_PER_USER) with `--histories` day
 one untimed request (the warehouse's first MERGEs compile), then one `forget` request per entry of
 `--keys` (that many people at once, never the same person twice), timed as the command runs it:
 resolve, delete from every table, recount, audit; then `forget --purge` of them all, timed (each
-table vacuumed of every file its current version does not read). Writes
+table vacuumed of every file its current version does not read, and its log cut there). Writes
 benchmarks/results/erasure.json.
 """
 
@@ -63,7 +63,7 @@ def main() -> None:
             started = time.perf_counter()
             purged = purge(StateStore(), bench.instance)
             history["purge"] = {"seconds": round(time.perf_counter() - started, 1), "tables": len(purged.vacuumed),
-                                "waiting": sorted(purged.waiting), "requests_gone": len(purged.gone)}
+                                "logs_cut": len(purged.log_cut), "waiting": sorted(purged.waiting), "requests_gone": len(purged.gone)}
             results["histories"][str(days)] = history
     save_results("erasure", results)
 

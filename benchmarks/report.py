@@ -381,7 +381,7 @@ def _purged(purge: dict | None) -> str:
     if purge is None:
         return "—"
     waiting = f"; waiting: {', '.join(purge['waiting'])}" if purge["waiting"] else ""
-    return f"{purge['seconds']} ({purge['tables']}{waiting})"
+    return f"{purge['seconds']} ({purge['tables']}, {purge.get('logs_cut', '?')}{waiting})"
 
 
 def erasure(e: dict) -> list[str]:
@@ -390,7 +390,7 @@ def erasure(e: dict) -> list[str]:
     command = (f".venv/bin/python benchmarks/erasure.py --events-per-day {e['events_per_day']} --histories "
                + " ".join(e["histories"]) + " --keys " + " ".join(map(str, keys)))
     header = ["days of history", "filtered_events rows", "attributes_history rows",
-              *(f"{n} key{'s' if n > 1 else ''}: s (s per key)" for n in keys), "purge: s (tables vacuumed)"]
+              *(f"{n} key{'s' if n > 1 else ''}: s (s per key)" for n in keys), "purge: s (tables vacuumed, logs cut)"]
     rows = []
     for days, history in e["histories"].items():
         timed = {request["keys"]: f"{request['seconds']} ({request['seconds_per_key']})" for request in history["requests"]}
@@ -400,7 +400,7 @@ def erasure(e: dict) -> list[str]:
         "## Erasure",
         "",
         (f"`forget` of people never forgotten before, as the command runs it (resolve, delete from every table, recount, "
-         f"audit), then `forget --purge` of them all (every table vacuumed of the files its current version does not read), "
+         f"audit), then `forget --purge` of them all (every table vacuumed of the files its current version does not read, its log cut there), "
          f"at a real site's shape ({e['events_per_day']:,} events a day). Command: `{command}`."),
         "",
         "| " + " | ".join(header) + " |",

@@ -144,7 +144,8 @@ class ForgetConfig(Config):
     by: str = Field(default="attribute_key", description=f"The column the keys are values of: one of {', '.join(ERASED_BY)}")
     source: bool = Field(default=False, description="Delete their rows from the source table too (else every run drops them)")
     purge: bool = Field(default=False, description="Then vacuum at once the tables that still hold files with erased rows, "
-                        "instead of waiting for maintenance_job's retention: their time travel ends there")
+                        "instead of waiting for maintenance_job's retention, and cut their logs once a request is gone: their time "
+                        "travel ends there")
 
 
 @op(out=Out(Nothing), pool=WAREHOUSE_POOL,
@@ -164,7 +165,7 @@ def forget_keys(context: OpExecutionContext, config: ForgetConfig, settings: Inc
         "audit": MetadataValue.path(StateStore().uri(ERASURE_LOG)),
         **({} if purged is None else {
             "tables_purged": MetadataValue.json(purged.vacuumed), "purge_waiting": MetadataValue.json(purged.waiting),
-            "erasures_physically_gone": MetadataValue.json(purged.gone)}),
+            "erasures_physically_gone": MetadataValue.json(purged.gone), "logs_cut": MetadataValue.json(purged.log_cut)}),
     })
 
 

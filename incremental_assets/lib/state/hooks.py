@@ -149,24 +149,19 @@ def behind_daily_aggregates(instance: DagsterInstance) -> list[AssetKey]:
     return [AssetKey(key) for key, records in latest.items() if not (records and records[0].storage_id > daily[0].storage_id)]
 
 
-def record_source_version(instance: DagsterInstance, how: str, rows: int | None = None) -> bool:
+def record_source_version(instance: DagsterInstance, how: str, rows: int | None = None) -> None:
     """Record the source table's current version in the instance as a materialization of
     atomic_events, so that the UI shows when the source last changed and a launch there finds its
     upstream materialized: every load of this project's (`rows`: how many it appended), and a
-    version a loader of yours wrote, once, when a run first reads it. Whether it recorded one."""
+    version a loader of yours wrote, once, when a run first reads it."""
     uri = source_table_uri()
     version = table_version(uri)
     if version is None:
-        return False
+        return
     latest = instance.get_latest_materialization_event(AssetKey(ATOMIC_EVENTS))
-    seen = latest.asset_materialization.metadata if latest and latest.asset_materialization else {}
-    seen_uri = _value(seen.get("dagster/uri") or seen.get("table_uri"))  # a load's, or the sample asset's
-    if rows is None and _value(seen.get("delta_version")) == version and seen_uri == uri:
-        return False
+    seen = materialization_metadata(latest.asset_materialization) if latest and latest.asset_materialization else {}
+    seen_uri = seen.get("dagster/uri") or seen.get("table_uri")  # a load's, or the sample asset's
+    if rows is None and seen.get("delta_version") == version and seen_uri == uri:
+        return
     metadata = {"dagster/uri": uri, "delta_version": version, **({"rows_loaded": rows} if rows is not None else {})}
     instance.report_runless_asset_event(AssetMaterialization(ATOMIC_EVENTS, description=how, metadata=metadata))
-    return True
-
-
-def _value(entry) -> object:
-    return getattr(entry, "value", entry)

@@ -15,7 +15,7 @@ from incremental_assets.cli.runner import process_marked_days, run_days, run_inc
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib import environment
 from incremental_assets.lib import spark as spark_module
-from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_MANIFEST
+from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_MANIFEST, FILTERED_EVENTS, MAINTENANCE_JOB
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
@@ -244,3 +244,75 @@ def test_the_daily_layer_counts_every_insert_once_after_delta_log_cleanup(spark,
     days = state.days()
     assert {d: s.processed_events + s.pending_late_events for d, s in days.items()} == per_day
     assert {s.status for s in days.values()} == {"processed"}
+
+
+def _maintenance(settings: IncrementalSettings) -> str:
+    """maintenance_job as its schedule runs it; its table of passes."""
+    result = build_definitions(settings).resolve_job_def(MAINTENANCE_JOB).execute_in_process(
+        instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    [output] = [e.event_specific_data.metadata for e in result.all_events if e.is_successful_output]
+    return output["tables"].value
+
+
+def _stored_per_day(spark, warehouse) -> dict:
+    rows = read_table(spark, f"{warehouse}/filtered_events").groupBy("event_date").count().collect()
+    return {row.event_date: row["count"] for row in rows}
+
+
+DORMANT = SampleParams(users=6, days=3, events_per_day=150, start_date=date(2024, 3, 1), seed=5, late_share=0.2)
+DORMANT_SETTINGS = IncrementalSettings(start_date="2024-03-01", reprocess_days=30, min_rows_to_process=1)
+
+
+def test_a_stream_that_ended_resumes_after_maintenance_and_log_cleanup_with_every_insert_counted_once(spark, warehouse):
+    """Finding: with the stream ended no run read filtered_events, while maintenance compacted it;
+    once Delta's log cleanup had removed the first of those commits, the run of the resumed stream
+    failed reading the change feed from it, and maintenance stopped with StopIteration."""
+    source = environment.table_uri(environment.ATOMIC_EVENTS)
+    generate_stream(spark, source, DORMANT, hours=36)
+    instance = DagsterInstance.ephemeral()
+    assert run_incremental(DORMANT_SETTINGS, now="2024-03-02T12:00:00", instance=instance).success
+    append_hours(spark, source, 6)  # the same day again: a second file in its partition
+    assert run_incremental(DORMANT_SETTINGS, now="2024-03-02T18:00:00", instance=instance).success
+    state, uri = StateStore(), f"{warehouse}/{FILTERED_EVENTS}"
+    read = state.consumed_version()
+    assert read == DeltaTable(uri).version()
+
+    # The stream ends. Maintenance compacts filtered_events; Delta's log cleanup follows, in time.
+    _maintenance(DORMANT_SETTINGS)
+    assert any(commit["operation"] == "OPTIMIZE" and commit["version"] > read for commit in DeltaTable(uri).history())
+    assert state.consumed_version() == DeltaTable(uri).version(), "commits that changed no data are not left to read"
+    _clean_up_log(uri)
+    assert not Path(uri, "_delta_log", f"{read + 1:020}.json").exists(), "the first commit after the last run is gone"
+
+    # The stream resumes: every insert is counted once, and maintenance passes again.
+    append_hours(spark, source, 36)
+    assert run_incremental(DORMANT_SETTINGS, now="2024-03-04T00:00:00", instance=instance).success
+    days = state.days()
+    assert {d: s.processed_events + s.pending_late_events for d, s in days.items()} == _stored_per_day(spark, warehouse)
+    assert {s.status for s in days.values()} == {PROCESSED}
+    _maintenance(DORMANT_SETTINGS)
+
+
+def test_a_change_feed_whose_first_unread_commit_left_the_log_is_named_and_maintenance_keeps_its_files(spark, warehouse):
+    """A commit nobody read that left the log (a warehouse of an earlier release, dormant past the
+    log's retention): what it changed cannot be told, so the run names it and the way back, instead
+    of Spark's version error; maintenance does not vacuum the files the change feed would need."""
+    source = environment.table_uri(environment.ATOMIC_EVENTS)
+    generate_stream(spark, source, DORMANT, hours=30)
+    instance = DagsterInstance.ephemeral()
+    assert run_incremental(DORMANT_SETTINGS, now="2024-03-02T06:00:00", instance=instance).success
+    uri = f"{warehouse}/{FILTERED_EVENTS}"
+    read = StateStore().consumed_version()
+    DeltaTable(uri).alter.set_table_properties({"delta.appendOnly": "false"})  # a commit no run read
+    _clean_up_log(uri)
+    assert not Path(uri, "_delta_log", f"{read + 1:020}.json").exists()
+
+    append_hours(spark, source, 6)
+    failed = run_incremental(DORMANT_SETTINGS, now="2024-03-02T12:00:00", instance=instance)
+    assert not failed.success and failed.failure is not None
+    told = str(failed.failure)
+    assert f"commit {read + 1}, the first the daily aggregation manifest has not counted, is gone" in told, told
+    assert "incremental-assets refresh" in told, told
+    tables = _maintenance(DORMANT_SETTINGS)
+    assert "not vacuumed: the daily manifest has not read the change feed of a commit gone from the log yet" in tables, tables

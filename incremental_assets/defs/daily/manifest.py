@@ -13,7 +13,7 @@ from dagster import (
 )
 
 from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
-from incremental_assets.lib.delta.log import table_version
+from incremental_assets.lib.delta.log import UnreadableTableError, commit_gone, table_version
 from incremental_assets.lib.delta.read import inserted_rows
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.days import days_to_process, stranded, stranded_note
@@ -53,11 +53,17 @@ def daily_aggregation_manifest(
     current = table_version(uri)
     if current is None:
         return MaterializeResult(metadata={"days_changed": 0, "skipped": "no filtered_events yet"})
-    consumed = state.consumed_version()
+    consumed = state.read_past_unchanged()
     if consumed is not None and consumed >= current:
         return MaterializeResult(metadata={"days_changed": 0, "filtered_events_version": current})
     # Every insert since the last version counted, so a crashed or skipped run loses nothing.
     first_unread = 0 if consumed is None else consumed + 1
+    if commit_gone(uri, first_unread):
+        raise UnreadableTableError(
+            f"{uri}: commit {first_unread}, the first the daily aggregation manifest has not counted, is gone from the "
+            "log (Delta's log cleanup after delta.logRetentionDuration), so the days its rows changed cannot be read: "
+            "a full refresh (incremental-assets refresh, with allow_refresh) rebuilds the warehouse from the source"
+        )
     arrivals = day_arrivals(inserted_rows(spark.spark_session, uri, first_unread, current))
     changed = days_to_process(
         arrivals, state.days(), plan.limits.upper, settings.start, settings.reprocess_days,

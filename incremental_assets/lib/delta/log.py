@@ -427,6 +427,12 @@ def first_data_change(uri: str, first: int, last: int) -> int | None:
     return next((version for version, actions in zip(range(first, last + 1), commits) if _commit(actions).data_change), None)
 
 
+def commit_gone(uri: str, version: int) -> bool:
+    """Whether commit `version`'s file has left the log (Delta's log cleanup removes the oldest
+    commits once delta.logRetentionDuration has passed and a checkpoint stands after them)."""
+    return _commit_files(uri, range(version, version + 1))[0] is None
+
+
 def partitions_changed(uri: str, since: int, column: str) -> set | None:
     """The values of partition `column` (as the log writes them: text) of the files that commits
     after version `since` added or removed, data changes only (a compaction moves rows: none);

@@ -23,9 +23,11 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from pydantic import Field
 
-from incremental_assets.lib.catalog import DAILY_MANIFEST, ERASURE_LOG, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG
+from incremental_assets.lib.catalog import (
+    DAILY_MANIFEST, ERASURE_LOG, FILTERED_EVENTS, FINGERPRINTS, INCREMENTAL_MANIFEST, PROCESS_TAG, RUN_LOG,
+)
 from incremental_assets.lib.delta.conditional import ensure_conditional_writes
-from incremental_assets.lib.delta.log import data_files, read_rows, rows_deleted_by, stored_table
+from incremental_assets.lib.delta.log import data_files, first_data_change, read_rows, rows_deleted_by, stored_table, table_version
 from incremental_assets.lib.delta.spec import LOG_CHECKPOINTS
 from incremental_assets.lib.environment import table_uri, warehouse_root
 from incremental_assets.lib.state.fingerprints import Fingerprint, Stored
@@ -219,6 +221,18 @@ class StateStore(ConfigurableResource):
             txn = None if consumed_version is None else Transaction(CONSUMED_APP_ID, consumed_version)
         rows = [{f.name: getattr(day, f.name) for f in fields(day)} for day in days]
         self._upsert(DAILY_MANIFEST, rows, DAILY_SCHEMA, key="event_date", txn=txn)
+
+    def read_past_unchanged(self) -> int | None:
+        """The filtered_events version the daily manifest has counted, first moved on to the current
+        one when no commit after it changed data (a compaction, a vacuum, a property change): the
+        change feed's next read then starts after them and needs none of their commits, which
+        Delta's log cleanup removes once delta.logRetentionDuration has passed."""
+        uri = self.uri(FILTERED_EVENTS)
+        consumed, version = self.consumed_version(), table_version(uri)
+        if consumed is not None and version is not None and consumed < version and first_data_change(uri, consumed + 1, version) is None:
+            self.counted_through(version)
+            return version
+        return consumed
 
     def counted_through(self, version: int) -> None:
         """Record that the daily manifest has counted filtered_events' inserts up to `version`, when

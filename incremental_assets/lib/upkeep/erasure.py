@@ -50,7 +50,7 @@ from incremental_assets.lib.catalog import (
     extra_incremental,
 )
 from incremental_assets.lib.delta.log import (
-    files_left_by, first_data_change, stored_schema, stored_table, table_exists, table_version,
+    files_left_by, stored_schema, stored_table, table_exists, table_version,
 )
 from incremental_assets.lib.delta.write import cut_log, delete_rows, vacuum
 from incremental_assets.lib.environment import dagster_home, source_table_uri
@@ -246,15 +246,11 @@ def purge(state: StateStore, instance: DagsterInstance, run_id: str | None = Non
 
 
 def _change_feed_read(state: StateStore) -> bool:
-    """Whether the daily manifest has read filtered_events' change feed up to its current version;
-    when the commits after the one it read changed no data (a vacuum's, a compaction's), that is
-    recorded first, so that its next read starts after them."""
-    uri = state.uri(FILTERED_EVENTS)
-    consumed, version = state.consumed_version(), table_version(uri)
-    if consumed is not None and consumed < version and first_data_change(uri, consumed + 1, version) is None:
-        state.counted_through(version)
-        consumed = version
-    return consumed is not None and consumed >= version
+    """Whether the daily manifest has read filtered_events' change feed up to its current version
+    (the commits after the one it read that changed no data, a vacuum's, a compaction's, recorded
+    as read first)."""
+    consumed = state.read_past_unchanged()
+    return consumed is not None and consumed >= table_version(state.uri(FILTERED_EVENTS))
 
 
 def record_gone(state: StateStore) -> list[str]:

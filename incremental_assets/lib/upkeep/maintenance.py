@@ -59,7 +59,9 @@ def oldest_unread_change(state: StateStore) -> datetime | None:
     unread = first_data_change(uri, first_unread, table.version())
     if unread is None:
         return None
-    entry = next(e for e in table.history(table.version() - unread + 1) if e["version"] == unread)  # back to it, not the whole log
+    entry = next((e for e in table.history(table.version() - unread + 1) if e["version"] == unread), None)  # back to it, not the whole log
+    if entry is None:  # gone from the log: older than its retention, and than any vacuum's
+        return datetime.min
     return datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
 
 
@@ -85,9 +87,12 @@ def maintain(
         unread = oldest_unread_change(state)
         if unread is not None and unread < now - timedelta(hours=retention_hours):
             vacuumed = False
-            notes.append(f"not vacuumed: the daily manifest has not read the change feed of {unread} yet")
+            commit = "a commit gone from the log" if unread == datetime.min else str(unread)
+            notes.append(f"not vacuumed: the daily manifest has not read the change feed of {commit} yet")
     if vacuumed:
         vacuum(uri, retention_hours, now)
+    if table_name == FILTERED_EVENTS:  # this pass's commits changed no data: no run need read them
+        state.read_past_unchanged()
     return TablePass(table_name, before, len(DeltaTable(uri).file_uris()), compacted, vacuumed, "; ".join(notes))
 
 

@@ -12,7 +12,7 @@ from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, create_with_change_feed, write
-from incremental_assets.lib.upkeep.maintenance import maintain, oldest_unread_change
+from incremental_assets.lib.upkeep.maintenance import UnreadChange, maintain, oldest_unread_change
 from incremental_assets.lib.settings import IncrementalSettings, SettingsError
 from incremental_assets.lib.state.records import DayStatus
 from incremental_assets.lib.state.store import StateStore
@@ -61,10 +61,11 @@ def test_filtered_events_keep_their_change_feed_until_the_daily_manifest_has_rea
     write(spark, spark.createDataFrame([("e1", date(2024, 3, 1))], schema), WriteRequest(uri, WriteMode.APPEND))
     state = StateStore()
     [appended] = [c for c in DeltaTable(uri).history() if c["version"] == 1]  # the first commit that wrote rows
-    assert oldest_unread_change(state) == datetime.fromtimestamp(appended["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+    committed = datetime.fromtimestamp(appended["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+    assert oldest_unread_change(state) == UnreadChange(1, committed)
     a_month_later = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(days=30)
     kept = maintain(state, "filtered_events", 168, a_month_later)
-    assert not kept.vacuumed and "has not read the change feed" in kept.note
+    assert not kept.vacuumed and f"has not read the change feed of commit 1 ({committed}) yet" in kept.note
 
     # The pass committed the log checkpoints' property (version 2): a commit without a change feed,
     # which does not hold VACUUM back once the manifest has counted version 1.

@@ -49,9 +49,24 @@ def new_files_since_last_optimize(table: DeltaTable) -> tuple[int, object]:
     return files.num_rows, min(values) if values else None
 
 
-def oldest_unread_change(state: StateStore) -> datetime | None:
-    """When the oldest filtered_events commit that changed data and that the daily manifest has not
-    counted yet was committed: a compaction or a property change leaves no change feed to read."""
+@dataclass(frozen=True)
+class UnreadChange:
+    """The oldest filtered_events commit that changed data and that the daily manifest has not
+    counted yet: its change feed needs the files that commit wrote."""
+
+    version: int
+    committed: datetime | None  # None: gone from the log (older than its retention, and than any vacuum's)
+
+    def older_than(self, moment: datetime) -> bool:
+        return self.committed is None or self.committed < moment
+
+    def __str__(self) -> str:
+        return f"commit {self.version} ({'gone from the log' if self.committed is None else self.committed})"
+
+
+def oldest_unread_change(state: StateStore) -> UnreadChange | None:
+    """None when the daily manifest has counted every commit that changed data: a compaction or a
+    property change leaves no change feed to read."""
     uri = state.uri(FILTERED_EVENTS)
     table = DeltaTable(uri)
     consumed = state.consumed_version()
@@ -60,9 +75,8 @@ def oldest_unread_change(state: StateStore) -> datetime | None:
     if unread is None:
         return None
     entry = next((e for e in table.history(table.version() - unread + 1) if e["version"] == unread), None)  # back to it, not the whole log
-    if entry is None:  # gone from the log: older than its retention, and than any vacuum's
-        return datetime.min
-    return datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+    committed = None if entry is None else datetime.fromtimestamp(entry["timestamp"] / 1000, timezone.utc).replace(tzinfo=None)
+    return UnreadChange(unread, committed)
 
 
 def maintain(
@@ -85,10 +99,9 @@ def maintain(
     vacuumed = True
     if table_name == FILTERED_EVENTS:
         unread = oldest_unread_change(state)
-        if unread is not None and unread < now - timedelta(hours=retention_hours):
+        if unread is not None and unread.older_than(now - timedelta(hours=retention_hours)):
             vacuumed = False
-            commit = "a commit gone from the log" if unread == datetime.min else str(unread)
-            notes.append(f"not vacuumed: the daily manifest has not read the change feed of {commit} yet")
+            notes.append(f"not vacuumed: the daily manifest has not read the change feed of {unread} yet")
     if vacuumed:
         vacuum(uri, retention_hours, now)
     if table_name == FILTERED_EVENTS:  # this pass's commits changed no data: no run need read them

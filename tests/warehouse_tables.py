@@ -40,6 +40,18 @@ def comparable_tables(warehouse: str | Path) -> dict[str, list[tuple]]:
     return tables
 
 
+def read_alike_by_checks(spark, warehouse: str | Path) -> None:
+    """Every compared table reads the same through the checks' small path (deltalake's Arrow handed
+    to Spark: read_just_written) as through Spark's Delta reader: schema and rows."""
+    from incremental_assets.lib.delta.read import read_just_written, read_table
+
+    for name in COMPARED:
+        spark_read = read_table(spark, f"{warehouse}/{name}")
+        small_read = read_just_written(spark, f"{warehouse}/{name}", spark_read.columns)
+        assert small_read.schema == spark_read.schema, name
+        assert sorted(map(repr, small_read.collect())) == sorted(map(repr, spark_read.collect())), name
+
+
 def sample_source(spark, params: SampleParams, root: Path) -> str:
     """The sample stream of `params` (its days, and two more of late loads) as the source table under `root`."""
     source = str(root / "source")

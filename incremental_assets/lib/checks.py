@@ -2,8 +2,9 @@
 
 A check reads what the latest write of its asset could have changed (the rows that commit
 inserted, or the days from its MERGE floor on), never the whole history, and passes without
-reading when that write changed nothing: a quiet hour costs no Spark job. The checks themselves
-are declared beside their assets.
+reading when that write changed nothing: a quiet hour costs no Spark job. It reads a table with
+lib/delta/read.read_just_written (small reads through deltalake). The checks themselves are
+declared beside their assets.
 """
 
 from __future__ import annotations

@@ -271,3 +271,52 @@ def test_one_row_per_attribute_key_fails_on_a_key_stored_twice(spark, spark_reso
         result = one_row_per_attribute_key(build_op_context(instance=instance), spark=spark_resource)
         assert result.passed == (rows != [("u1",)])
     assert result.metadata["examples"].value == [{"attribute_key": "u1", "count": "2"}]
+
+
+# What a check reads of what a step has just committed: small reads through deltalake's Arrow,
+# larger ones through Spark's Delta reader; the same rows either way.
+
+def _plan(frame) -> str:
+    return frame._jdf.queryExecution().analyzed().toString()
+
+
+def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_either_way(spark, warehouse, monkeypatch):
+    from incremental_assets.lib.delta import read as delta_read
+    from incremental_assets.lib.delta.read import read_just_written
+
+    uri = f"{warehouse}/lifecycle"
+    rows = frame(spark, "session_identifier string, start_tstamp timestamp, start_date date, n long", [
+        ("s1", datetime(2024, 3, 1, 23, 30), date(2024, 3, 1), 1), ("s2", datetime(2024, 3, 2, 0, 30), date(2024, 3, 2), 2),
+        ("s4", datetime(2024, 3, 2, 1), date(2024, 3, 2), None),
+        ("s3", datetime(2024, 3, 3, 12), date(2024, 3, 3), 3),
+    ])
+    write(spark, rows, WriteRequest(uri, WriteMode.APPEND, partition_by=["start_date"]))
+    since = [("start_date", ">=", date(2024, 3, 2)), ("n", "<", 3)]  # a partition, then a column the files bound
+    small = read_just_written(spark, uri, ["session_identifier", "start_tstamp"], since)
+    assert "parquet" not in _plan(small), _plan(small)  # the rows deltalake read, handed over as Arrow
+    monkeypatch.setattr(delta_read, "is_small", lambda rows: False)
+    beyond = read_just_written(spark, uri, ["session_identifier", "start_tstamp"], since)
+    assert "parquet" in _plan(beyond), _plan(beyond)  # Spark's scan of the table's files
+    assert small.schema == beyond.schema
+    assert small.collect() == beyond.collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
+
+
+def test_a_checks_small_read_keeps_the_instants_under_a_session_zone_other_than_utc(spark, warehouse):
+    """A session set to another zone (a notebook's, say): the rows handed over as Arrow are the same
+    instants Spark's Delta reader gives, and a day taken from them is that zone's day for both."""
+    from incremental_assets.lib.delta.read import read_just_written, read_table
+
+    uri = f"{warehouse}/events"
+    rows = frame(spark, "event_id string, at timestamp", [("e1", datetime(2024, 3, 1, 23, 30)), ("e2", datetime(2024, 3, 2, 4, 30))])
+    write(spark, rows, WriteRequest(uri, WriteMode.APPEND))
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        def days(read):
+            return sorted((r.event_id, r.at, r.day) for r in read.select("event_id", "at", F.to_date("at").alias("day")).collect())
+
+        by_spark = days(read_table(spark, uri))
+        assert days(read_just_written(spark, uri, ["event_id", "at"])) == by_spark
+        assert [day for _, _, day in by_spark] == [date(2024, 3, 1), date(2024, 3, 1)]  # 18:30 and 23:30 in New York
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)

@@ -1,7 +1,8 @@
 """Both write engines, one behaviour: every write mode that has a small path through deltalake
 leaves the table Spark's own write leaves, for frames of every column type the project writes,
 shaped by real Spark jobs (several Arrow batches, filters, joins, aggregations) in a process where
-Spark has run. `make test` writes 3 generated frames of each of the six modes (18 frames, each by
+Spark has run. Each table either engine leaves reads the same through the checks' small path
+(deltalake's Arrow handed to Spark) as through Spark's Delta reader. `make test` writes 3 generated frames of each of the six modes (18 frames, each by
 both engines) and the cut-down crash of each mode; `make soak` 40 frames of each mode."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.read import read_just_written, read_table
 from incremental_assets.lib.delta.spec import DELETED, Window, WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, empty, write
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
@@ -96,6 +97,23 @@ def table_state(spark, uri: str):
     return columns, sorted((repr(tuple(row)) for row in frame.collect()))
 
 
+FILTERS = (None, [("d", "in", [DAYS[0], DAYS[2]])], [("d", "<", DAYS[0])])
+KEEPS = {"in": lambda value, kept: value in kept, "<": lambda value, bound: value < bound}
+
+
+def read_alike_for_checks(spark, uri: str) -> None:
+    """read_just_written gives the schema and the rows of Spark's own read, for the whole table and
+    for partition filters (one keeping none)."""
+    whole = read_table(spark, uri)
+    schema = [(f.name, f.dataType.simpleString(), f.nullable) for f in whole.schema.fields]
+    rows = whole.collect()
+    for kept in FILTERS:
+        expected = sorted(repr(tuple(row)) for row in rows if all(KEEPS[op](row[c], value) for c, op, value in kept or []))
+        read = read_just_written(spark, uri, SCHEMA_COLUMNS, kept)
+        assert [(f.name, f.dataType.simpleString(), f.nullable) for f in read.schema.fields] == schema, kept
+        assert sorted(repr(tuple(row)) for row in read.collect()) == expected, kept
+
+
 def written_by(spark, warehouse, engine: str, mode: str, stored: list[dict] | None, new: list[dict], shape: str, deleted=None):
     uri = f"{warehouse}/{engine}"
     if stored is not None:
@@ -107,6 +125,7 @@ def written_by(spark, warehouse, engine: str, mode: str, stored: list[dict] | No
     request = WriteRequest(uri, WriteMode(mode), KEYS if mode in ("upsert", "merge_insert", "apply_changes") else (),
                            ["d"], WINDOW if mode == "replace_partition" else None, rows_at_most=bound)
     result = write(spark, frame, request)
+    read_alike_for_checks(spark, uri)
     engine_info = DeltaTable(uri).history(1)[0].get("engineInfo", "")
     return table_state(spark, uri), (result.rows_inserted, result.rows_updated, result.rows_deleted), engine_info.startswith("delta-rs")
 

@@ -1,7 +1,8 @@
 """The warehouse whose daily run crashed inside deltalake on a public Snowplow export
 (../shared/repro/daily-write-panic/, beside the checkout): its README's command succeeds ten
 times, each on a new copy, and every table then equals the one a run leaves with every write
-through Spark (INCREMENTAL_ASSETS_WRITE_ENGINE=spark)."""
+through Spark (INCREMENTAL_ASSETS_WRITE_ENGINE=spark), and reads the same through the checks'
+small path as through Spark's Delta reader."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
+from tests.warehouse_tables import read_alike_by_checks
 
 REPRO = Path(__file__).resolve().parents[3] / "shared" / "repro" / "daily-write-panic"
 TRIES = 10
@@ -55,8 +57,9 @@ def every_table(warehouse: Path) -> dict[str, list]:
 
 
 @pytest.mark.skipif(not REPRO.is_dir(), reason=f"{REPRO} is not beside this checkout")
-def test_the_crashing_export_runs_ten_times_and_leaves_what_spark_alone_leaves(tmp_path):
+def test_the_crashing_export_runs_ten_times_and_leaves_what_spark_alone_leaves(spark, tmp_path):
     by_spark = run_on_a_copy(tmp_path / "spark", "spark")
     assert by_spark["daily_aggregates"] and by_spark["attributes_history"]
+    read_alike_by_checks(spark, tmp_path / "spark" / "wh")
     for attempt in range(TRIES):
         assert run_on_a_copy(tmp_path / f"try-{attempt}", None) == by_spark, f"try {attempt + 1}"

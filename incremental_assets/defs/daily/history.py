@@ -15,7 +15,7 @@ from incremental_assets.defs.daily.changed_keys import since_last_write
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
-from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.read import read_just_written
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.settings import IncrementalSettings
@@ -72,9 +72,11 @@ def attributes_history(
     )
     changes.unpersist()
     if count:
-        written = read_table(partials.sparkSession, uri).join(first_days.select("attribute_key"), "attribute_key")
+        names = [spec.name for spec in specs]
+        columns = ["attribute_key", VALID_FROM, "valid_to", *names]
+        written = read_just_written(partials.sparkSession, uri, columns).join(first_days.select("attribute_key"), "attribute_key")
         yield from_offending_rows(
-            V.interval_violations(written, [spec.name for spec in specs]), "intervals that do not tile their key's days",
+            V.interval_violations(written, names), "intervals that do not tile their key's days",
             f"the {keys} keys recomputed", check_name=TILED,
         )
     else:

@@ -17,7 +17,7 @@ from incremental_assets.lib.assets import warehouse_check
 from incremental_assets.lib.catalog import FILTERED_EVENTS, INCREMENTAL_MANIFEST, LIFECYCLE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import partitions_added, stored_max
-from incremental_assets.lib.delta.read import inserted_rows, read_table
+from incremental_assets.lib.delta.read import inserted_rows, read_just_written
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.incremental.asset import incremental_asset
@@ -27,6 +27,7 @@ from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.run_log import ROWS_KEPT, ROWS_READ
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms import violations as V
+from incremental_assets.lib.transforms.sessions import SESSION
 from incremental_assets.lib.utc import naive
 
 
@@ -92,7 +93,7 @@ def event_id_unique(context: AssetCheckExecutionContext, spark: SparkResource) -
         return nothing_written()
     uri, version = write["dagster/uri"], write["delta_version"]
     days = partitions_added(uri, version, "event_date")
-    ids = read_table(spark.spark_session, uri).where(F.col("event_date").isin(days)).select("event_id")
+    ids = read_just_written(spark.spark_session, uri, ["event_id"], [("event_date", "in", days)])
     scope = f"every id in the {len(days)} day(s) version {version} inserted into"
     return from_offending_rows(V.duplicated_event_ids(ids), "event_ids stored more than once", scope)
 
@@ -112,7 +113,7 @@ def events_within_session_cap(
         return nothing_written()
     session, ts = spark.spark_session, settings.session_timestamp
     inserted = inserted_rows(session, write["dagster/uri"], write["delta_version"]).select("event_id", "session_identifier", ts)
-    lifecycle = read_table(session, table_uri(LIFECYCLE))
+    lifecycle = read_just_written(session, table_uri(LIFECYCLE), [SESSION, "start_tstamp"])
     beyond = V.events_beyond_cap(inserted, lifecycle, ts, settings.max_session_days)
     return from_offending_rows(beyond, "events outside their session's span", f"rows inserted by version {write['delta_version']}")
 

@@ -1,22 +1,78 @@
 """Reading Delta tables with Spark: a table whole, the rows commits inserted (its change data
-feed), and row counts by a column inside a window."""
+feed), row counts by a column inside a window, and what a check reads of a table just written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import deltalake
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow.parquet import filters_to_expression
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import _partition_counts, stored_table
+from incremental_assets.lib.delta.log import _partition_counts, data_files, reading, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
+from incremental_assets.lib.spark import is_small
 
 
 def read_table(spark: SparkSession, uri: str) -> DataFrame:
     require_table(uri)
     return spark.read.format("delta").load(uri)
+
+
+def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
+    """`columns` of the table's rows that `filters` keeps (deltalake's: (column, op, value) with =,
+    in, >=, ...; on partition columns, dates or numbers), for a check of what a step has just
+    committed. A small read (by the log's record counts) goes through deltalake and reaches Spark as
+    Arrow: Spark's Delta reader would first build its snapshot of the version deltalake has just
+    committed, skip files by their statistics and plan the scan, which cost a warm run more than the
+    check's own jobs (benchmarks/comparisons.md). A larger read, or one the log cannot count, is Spark's."""
+    filters = filters or []
+    table = require_table(uri)
+    files = data_files(table)
+    partitioned = set(table.metadata().partition_columns)
+    pruning = [(f"partition.{column}", op, value) for column, op, value in filters if column in partitioned]
+    if pruning:  # the other filters keep rows of the files counted
+        files = files.filter(filters_to_expression(pruning))
+    records = files.column("num_records")
+    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
+    counted = not records.null_count and all(files.column(name).null_count == files.num_rows for name in deletions)
+    if not (counted and is_small(pc.sum(records).as_py() or 0)):
+        rows = read_table(spark, uri)
+        for column, op, value in filters:
+            rows = rows.where(_compared(F.col(column), op, value))
+        return rows.select(*columns)
+    read = columns + [column for column, _, _ in filters if column not in columns]
+    with reading(uri):
+        rows = table.to_pyarrow_table(columns=read, filters=filters or None).select(columns)
+    schema = _spark_schema(table, columns)
+    if not rows.num_rows:  # pyspark cannot take a timestamp column of no chunk from Arrow
+        return spark.createDataFrame([], schema)
+    return spark.createDataFrame(_without_views(rows), schema=schema)
+
+
+def _compared(column: Column, op: str, value) -> Column:
+    if op in ("in", "not in"):
+        found = column.isin(list(value))
+        return found if op == "in" else ~found
+    return {"=": column == value, "==": column == value, "!=": column != value, "<": column < value,
+            ">": column > value, "<=": column <= value, ">=": column >= value}[op]
+
+
+def _without_views(rows: pa.Table) -> pa.Table:
+    """Files deltalake's MERGE wrote read as string_view columns, which Spark cannot take from Arrow."""
+    fields = [pa.field(f.name, pa.string(), f.nullable) if pa.types.is_string_view(f.type) else f for f in rows.schema]
+    return rows.cast(pa.schema(fields))
+
+
+def _spark_schema(table: deltalake.DeltaTable, columns: list[str]) -> T.StructType:
+    """The Spark schema of `columns` as the table's log declares it (what Spark's own read would give)."""
+    declared = T.StructType.fromJson(json.loads(table.schema().to_json()))
+    return T.StructType([declared[name] for name in columns])
 
 
 def require_table(uri: str) -> deltalake.DeltaTable:

@@ -489,18 +489,26 @@ def stored_max(uri: str, column: str) -> Any:
         return pc.max(table.to_pyarrow_table(columns=[column]).column(column)).as_py()
 
 
+def counted_rows(files: pa.Table) -> int | None:
+    """The rows of `files` (data_files' rows) by their record counts; None when the log cannot say
+    (a file without statistics, or with rows deleted by a deletion vector)."""
+    records = files.column("num_records")
+    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
+    if records.null_count or any(files.column(name).null_count < files.num_rows for name in deletions):
+        return None
+    return pc.sum(records).as_py() or 0
+
+
 def _partition_counts(table: deltalake.DeltaTable | None, column: str, window: Window) -> dict | None:
     """Rows per partition value of `column` inside `window`, summed over the files' record counts;
     None when the log cannot say (not partitioned by it, a file without statistics or with deleted rows)."""
     if table is None or column not in table.metadata().partition_columns:
         return None
     files = data_files(table)
-    records = files.column("num_records")
-    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
-    if records.null_count or any(files.column(name).null_count < files.num_rows for name in deletions):
+    if counted_rows(files) is None:
         return None
     counts: dict = {}
-    for value, rows in zip(files.column(f"partition.{column}").to_pylist(), records.to_pylist()):
+    for value, rows in zip(files.column(f"partition.{column}").to_pylist(), files.column("num_records").to_pylist()):
         if value is not None and window.contains(value):
             counts[value] = counts.get(value, 0) + rows
     return counts

@@ -8,13 +8,12 @@ from collections.abc import Callable
 
 import deltalake
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyarrow.parquet import filters_to_expression
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.log import _partition_counts, data_files, reading, stored_table
+from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, reading, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
 
@@ -38,10 +37,7 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     pruning = [(f"partition.{column}", op, value) for column, op, value in filters if column in partitioned]
     if pruning:  # the other filters keep rows of the files counted
         files = files.filter(filters_to_expression(pruning))
-    records = files.column("num_records")
-    deletions = [name for name in files.column_names if name.startswith("deletionVector")]
-    counted = not records.null_count and all(files.column(name).null_count == files.num_rows for name in deletions)
-    if not (counted and is_small(pc.sum(records).as_py() or 0)):
+    if not is_small(counted_rows(files)):
         rows = read_table(spark, uri)
         for column, op, value in filters:
             rows = rows.where(_compared(F.col(column), op, value))

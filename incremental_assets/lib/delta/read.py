@@ -24,8 +24,8 @@ def read_table(spark: SparkSession, uri: str) -> DataFrame:
 
 
 def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
-    """`columns` of the table's rows that `filters` keeps (deltalake's: (column, op, value) with =,
-    in, >=, ...; on partition columns, dates or numbers), for a check of what a step has just
+    """`columns` of the table's rows that `filters` keeps (deltalake's: (column, op, value) with in,
+    >= or <; on partition columns, dates or numbers), for a check of what a step has just
     committed. A small read (by the log's record counts) goes through deltalake and reaches Spark as
     Arrow: Spark's Delta reader would first build its snapshot of the version deltalake has just
     committed, skip files by their statistics and plan the scan, which cost a warm run more than the
@@ -38,7 +38,7 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     if pruning:  # the other filters keep rows of the files counted
         files = files.filter(filters_to_expression(pruning))
     if not is_small(counted_rows(files)):
-        rows = read_table(spark, uri)
+        rows = spark.read.format("delta").load(uri)  # the table is there: opened above
         for column, op, value in filters:
             rows = rows.where(_compared(F.col(column), op, value))
         return rows.select(*columns)
@@ -52,11 +52,14 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
 
 
 def _compared(column: Column, op: str, value) -> Column:
-    if op in ("in", "not in"):
-        found = column.isin(list(value))
-        return found if op == "in" else ~found
-    return {"=": column == value, "==": column == value, "!=": column != value, "<": column < value,
-            ">": column > value, "<=": column <= value, ">=": column >= value}[op]
+    """A filter of read_just_written as Spark's: the operators its callers use."""
+    if op == "in":
+        return column.isin(list(value))
+    if op == ">=":
+        return column >= value
+    if op == "<":
+        return column < value
+    raise ValueError(f"read_just_written: no Spark filter for {op!r}")
 
 
 def _without_views(rows: pa.Table) -> pa.Table:

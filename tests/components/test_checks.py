@@ -301,6 +301,16 @@ def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_
     assert small.collect() == beyond.collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
 
 
+def test_a_filter_the_read_cannot_give_spark_is_refused_on_the_small_path_too(spark, warehouse):
+    """Refused before the size decides the path: a small table must not hide what a large one refuses."""
+    from incremental_assets.lib.delta.read import read_just_written
+
+    uri = f"{warehouse}/few"
+    write(spark, frame(spark, "id string, day date", [("a", date(2024, 3, 1))]), WriteRequest(uri, WriteMode.APPEND, partition_by=["day"]))
+    with pytest.raises(ValueError, match=r"no filter \['='\]"):
+        read_just_written(spark, uri, ["id"], [("day", "=", date(2024, 3, 1))])
+
+
 def test_a_checks_small_read_keeps_the_instants_under_a_session_zone_other_than_utc(spark, warehouse):
     """A session set to another zone (a notebook's, say): the rows handed over as Arrow are the same
     instants Spark's Delta reader gives, and a day taken from them is that zone's day for both."""

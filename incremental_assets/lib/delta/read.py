@@ -31,6 +31,9 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     committed, skip files by their statistics and plan the scan, which cost a warm run more than the
     check's own jobs (benchmarks/comparisons.md). A larger read, or one the log cannot count, is Spark's."""
     filters = filters or []
+    unknown = sorted({op for _, op, _ in filters} - _SPARK_FILTERS.keys())
+    if unknown:  # refused whichever path the read's size takes
+        raise ValueError(f"read_just_written: no filter {unknown}; it takes {sorted(_SPARK_FILTERS)}")
     table = require_table(uri)
     files = data_files(table)
     partitioned = set(table.metadata().partition_columns)
@@ -40,7 +43,7 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     if not is_small(counted_rows(files)):
         rows = spark.read.format("delta").load(uri)  # the table is there: opened above
         for column, op, value in filters:
-            rows = rows.where(_compared(F.col(column), op, value))
+            rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
         return rows.select(*columns)
     read = columns + [column for column, _, _ in filters if column not in columns]
     with reading(uri):
@@ -51,15 +54,12 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     return spark.createDataFrame(_without_views(rows), schema=schema)
 
 
-def _compared(column: Column, op: str, value) -> Column:
-    """A filter of read_just_written as Spark's: the operators its callers use."""
-    if op == "in":
-        return column.isin(list(value))
-    if op == ">=":
-        return column >= value
-    if op == "<":
-        return column < value
-    raise ValueError(f"read_just_written: no Spark filter for {op!r}")
+# The filters read_just_written takes, as Spark's conditions: the operators its callers use.
+_SPARK_FILTERS: dict[str, Callable[[Column, object], Column]] = {
+    "in": lambda column, value: column.isin(list(value)),
+    ">=": lambda column, value: column >= value,
+    "<": lambda column, value: column < value,
+}
 
 
 def _without_views(rows: pa.Table) -> pa.Table:

@@ -408,20 +408,23 @@ def test_a_purge_leaves_filtered_events_until_the_daily_manifest_has_read_its_ch
 
 
 def test_a_day_whose_only_events_were_forgotten_leaves_the_daily_manifest(built, tmp_path):
-    """Everyone with events on the stream's first day forgotten in one request: that day has no
-    manifest row afterwards, as a warehouse built without their events has none (it kept a row of
-    zero counts), and every day left is one that filtered_events holds rows of."""
+    """Everyone with events on the day fewest people were active (the first such) forgotten in one
+    request: that day has no manifest row afterwards, as a warehouse built without their events has
+    none (it kept a row of zero counts), and every day left is one that filtered_events holds rows of."""
     rows, person, base = built
     shutil.copytree(base / "with", tmp_path / "with")
     warehouse = tmp_path / "with" / "warehouse"
     events = DeltaTable(str(warehouse / "filtered_events")).to_pyarrow_table(columns=["event_date", "user_identifier"]).to_pylist()
-    first = min(row["event_date"] for row in events)
-    alone = sorted({row["user_identifier"] for row in events if row["event_date"] == first})
-    assert first in days_counted(warehouse) and len(alone) < len({row["user_identifier"] for row in events})
+    active = {}
+    for row in events:
+        active.setdefault(row["event_date"], set()).add(row["user_identifier"])
+    day = min(active, key=lambda d: (len(active[d]), d))
+    alone = sorted(active[day])
+    assert day in days_counted(warehouse) and len(alone) < len({row["user_identifier"] for row in events})
     with scenario_environment(warehouse, tmp_path / "with" / "source", SETTINGS, home=tmp_path / "with" / "home"):
         assert main(["forget", "--by", "user_identifier", *(arg for user in alone for arg in ("--key", user))]) == 0
     held = {row["event_date"] for row in DeltaTable(str(warehouse / "filtered_events")).to_pyarrow_table(columns=["event_date"]).to_pylist()}
-    assert first not in held and held and set(days_counted(warehouse)) == held, (first, held, days_counted(warehouse))
+    assert day not in held and held and set(days_counted(warehouse)) == held, (day, held, days_counted(warehouse))
 
 
 KILLED = """

@@ -67,13 +67,17 @@ def days_counted(warehouse) -> dict:
 
 
 def load_again(spark, rows: pa.Table, person: str, source: str, ids: str = "") -> pa.Table:
-    """A loader appends the person's events again, loaded a minute ago (event ids prefixed with `ids`:
-    "" for the same events, else new ones at the same times); returns them."""
+    """A loader appends the person's events again, loaded a minute ago (event and session ids
+    prefixed with `ids`: "" for the same events, else new ones at the same times, in sessions of
+    their own); returns them. New events in the person's old sessions would depend on the stream's
+    day: sessions are timed by load_tstamp, so an old session the new loads extend beyond
+    max_session_days is quarantined and the new events dropped as beyond its cap."""
     theirs = rows.filter(pc.equal(rows.column("domain_userid"), person))
     now, count = utcnow() - timedelta(minutes=1), theirs.num_rows
+    prefixed = {name: pc.binary_join_element_wise(pa.array([ids] * count), theirs.column(name), "")
+                for name in ("event_id", "domain_sessionid")}
     replaced = {"load_tstamp": pa.array([now] * count, theirs.schema.field("load_tstamp").type),
-                "load_date": pa.array([now.date()] * count, pa.date32()),
-                "event_id": pc.binary_join_element_wise(pa.array([ids] * count), theirs.column("event_id"), "")}
+                "load_date": pa.array([now.date()] * count, pa.date32()), **prefixed}
     for name, values in replaced.items():
         theirs = theirs.set_column(theirs.schema.get_field_index(name), name, values)
     write_events(spark, spark.createDataFrame(theirs, STREAM_SCHEMA), source, "append")

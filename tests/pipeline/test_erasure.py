@@ -209,12 +209,18 @@ def assert_as_if_never_there(warehouse, source, home, person: str, rebuilt: Rebu
         processed_there, pending_there, *late_there = rebuilt.counted[day]
         assert (processed + pending, late) == (processed_there + pending_there, late_there) and pending <= pending_there, day
     split_alike = {day for day in counted if counted[day][:2] == rebuilt.counted[day][:2]}
-    on_split_alike = lambda row: row["event_date"] in split_alike  # noqa: E731
+
+    def on_split_alike(row) -> bool:
+        return row["event_date"] in split_alike
+
     assert rows_of(warehouse, "daily_aggregates", on_split_alike) == rows_of(rebuilt.warehouse, "daily_aggregates", on_split_alike)
     split_apart = {row["attribute_key"] for place in (warehouse, rebuilt.warehouse)
                    for row in DeltaTable(f"{place}/daily_aggregates").to_pyarrow_table(columns=["attribute_key", "event_date"]).to_pylist()
                    if row["event_date"] not in split_alike}
-    keys_alike = lambda row: row["attribute_key"] not in split_apart  # noqa: E731
+
+    def keys_alike(row) -> bool:
+        return row["attribute_key"] not in split_apart
+
     for table in ("attributes", "attributes_history"):
         assert rows_of(warehouse, table, keys_alike) == rows_of(rebuilt.warehouse, table, keys_alike), table
     assert settle(warehouse, source, home) == rebuilt.settled_counted

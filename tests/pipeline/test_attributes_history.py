@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_days, run_incremental
+from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
@@ -151,6 +152,22 @@ def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothin
         assert run_days(settings(last), day, day, instance).success
         assert run_incremental(settings(last), now="2024-03-05T02:00:00", instance=instance).success
         assert DeltaTable(f"{warehouse}/attributes_history").version() == written
+
+
+def test_the_daily_rows_a_run_changed_are_those_pythons_comparison_of_every_row_finds(built):
+    """changed_keys compares two versions of daily_aggregates in Arrow: held against Python's
+    comparison of every row, for every pair of versions the runs left."""
+    uri = f"{built[0]}/daily_aggregates"
+    keys = ["attribute_key", "event_date"]
+    tables = [DeltaTable(uri, version=version).to_pyarrow_table() for version in range(DeltaTable(uri).version() + 1)]
+    found = []
+    for was, before in enumerate(tables):
+        for after in tables[was + 1:]:
+            old, new = ({tuple(row[k] for k in keys): row for row in table.to_pylist()} for table in (before, after))
+            expected = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+            assert differing_keys(before, after, keys) == expected
+            found.append(len(expected) / len(old.keys() | new.keys()))
+    assert len(found) >= 3 and any(0 < share < 1 for share in found), "some rewrites changed some rows and kept others"
 
 
 def test_a_point_in_time_lookup_gives_each_example_the_values_of_the_day_before(spark, built):

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.attributes import AttributeSpec
+from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
 from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.delta.spec import Stored
@@ -107,15 +108,13 @@ def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[t
     """(attribute_key, event_date) of the rows of `days` that daily_aggregates' version `now` holds
     and `was` did not hold the same: added, removed or with a partial changed. A run rewrites
     its days whole, yet changes the rows of the keys its events came from. None when `was`
-    cannot be read any more. Read with deltalake: a few thousand rows, no Spark job."""
+    cannot be read any more. Read and compared with deltalake and Arrow: a few thousand rows, no
+    Spark job."""
     on_days = [("event_date", "in", [day.isoformat() for day in days])]
     before, after = rows_as_of(daily_uri, was, None, on_days), rows_as_of(daily_uri, now, None, on_days)
     if before is None or after is None:
         return None
-    old, new = ({(r["attribute_key"], r["event_date"]): r for r in t.to_pylist()} for t in (before, after))
-    if before.schema.names != after.schema.names:  # a column added or dropped: every row differs
-        return sorted(old.keys() | new.keys())
-    return sorted(pair for pair in old.keys() | new.keys() if old.get(pair) != new.get(pair))
+    return differing_keys(before, after, ["attribute_key", "event_date"])
 
 
 def _every_key(daily: DataFrame, stored_keys: DataFrame | None) -> DataFrame:

@@ -31,7 +31,8 @@ def test_equal_rows_nulls_equal_only_nulls_at_every_depth():
     a, b = pa.array([p[0] for p in pairs], pa.int64()), pa.array([p[1] for p in pairs], pa.int64())
     assert equal_rows(a, b).to_pylist() == [p[2] for p in pairs]
     lists = [(["a", "b"], ["a", "b"], True), (["a", "b"], ["b", "a"], False), ([], None, False),
-             ([None], [None], True), (["a"], ["a", "a"], False), (None, None, True)]
+             ([None], [None], True), ([None], ["a"], False), (["a"], ["a", "a"], False), (None, None, True),
+             (["a", "b"], ["a", "c"], False), (["c"], ["c"], True)]
     a, b = pa.array([p[0] for p in lists], pa.list_(pa.string())), pa.array([p[1] for p in lists], pa.list_(pa.string()))
     assert equal_rows(a, b).to_pylist() == [p[2] for p in lists]
     structs = [({"tstamp": T1, "value": "x"}, {"tstamp": T1, "value": "x"}, True),
@@ -41,6 +42,10 @@ def test_equal_rows_nulls_equal_only_nulls_at_every_depth():
                (None, {"tstamp": None, "value": None}, False), (None, None, True)]
     a, b = pa.array([p[0] for p in structs], LAST), pa.array([p[1] for p in structs], LAST)
     assert equal_rows(a, b).to_pylist() == [p[2] for p in structs]
+    maps = [([("k", 1)], [("k", 1)], True), ([("k", 1)], [("k", 2)], False), (None, [], False), (None, None, True)]
+    kind = pa.map_(pa.string(), pa.int64())
+    a, b = pa.array([p[0] for p in maps], kind), pa.array([p[1] for p in maps], kind)
+    assert equal_rows(a, b).to_pylist() == [p[2] for p in maps]
 
 
 def test_differing_keys_added_removed_and_changed_rows():

@@ -39,8 +39,8 @@ def differing_keys(before: pa.Table, after: pa.Table, keys: list[str]) -> list[t
 
 def equal_rows(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:
     """Row by row, whether `a` and `b` (of one type and length) hold the same value: a null equals
-    a null only. Flat values and structs are compared in Arrow; lists and maps, a few values per
-    row, as Python values."""
+    a null only, at every depth. Flat values, structs and lists are compared in Arrow; other nested
+    values (maps) as Python values."""
     a, b = _whole(a), _whole(b)
     both_null = pc.and_(a.is_null(), b.is_null())
     one_null = pc.xor(a.is_null(), b.is_null())
@@ -48,11 +48,23 @@ def equal_rows(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> 
     if pa.types.is_struct(kind):
         fields = [equal_rows(a.field(i), b.field(i)) for i in range(kind.num_fields)]
         values = reduce(pc.and_, fields, pa.array([True] * len(a), pa.bool_()))
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        values = _equal_lists(a, b)
     elif pa.types.is_nested(kind):
         values = pa.array([x == y for x, y in zip(a.to_pylist(), b.to_pylist())], pa.bool_())
     else:
         values = pc.fill_null(pc.equal(a, b), False)
     return pc.or_(both_null, pc.and_(pc.invert(one_null), values))
+
+
+def _equal_lists(a: pa.Array, b: pa.Array) -> pa.BooleanArray:
+    """Lists of the same length whose elements are equal one by one (False where either is null)."""
+    same_length = pc.fill_null(pc.equal(pc.list_value_length(a), pc.list_value_length(b)), False)
+    alike_a, alike_b = a.filter(same_length), b.filter(same_length)
+    elements = equal_rows(pc.list_flatten(alike_a), pc.list_flatten(alike_b))
+    differing = pc.filter(pc.list_parent_indices(alike_a), pc.invert(elements))
+    equal = pc.invert(pc.is_in(pa.array(range(len(alike_a)), pa.int64()), value_set=differing.cast(pa.int64())))
+    return pc.replace_with_mask(same_length, same_length, equal)
 
 
 def _whole(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -1,8 +1,8 @@
 """Which rows two versions of a table hold differently, compared in Arrow.
 
-Turning every row into Python objects to compare them cost half a second a step at a site's
-shape (a few thousand daily rows a version, timestamps with a time zone the slowest to convert);
-here only the keys of the rows that differ become Python values.
+Only the keys of the rows that differ become Python values: turning every row of a few thousand
+into Python objects (timestamps with a time zone the slowest) cost a daily step more than its
+Spark jobs at a site's shape (benchmarks/comparisons.md).
 """
 
 from __future__ import annotations

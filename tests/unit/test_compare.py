@@ -76,3 +76,13 @@ def test_a_column_added_or_retyped_changes_every_row():
     assert differing_keys(was, added, KEYS) == [("u1", D1), ("u2", D1), ("u3", D2)]
     retyped = now.set_column(2, "events", pa.array([3.0, 1.0]))
     assert differing_keys(was, retyped, KEYS) == [("u1", D1), ("u2", D1), ("u3", D2)]
+
+
+def test_a_null_key_matches_itself_and_sorts_first():
+    """A real export's events without a user id share one null attribute_key (the public Snowplow
+    export does): it is compared like any key, and the keys still sort."""
+    was = table((None, D1, 2, T1, ["web"], None), (None, D2, 1, T1, ["web"], None), ("u1", D1, 1, T1, [], None))
+    now = table((None, D1, 2, T1, ["web"], None), (None, D2, 3, T1, ["web"], None), ("u1", D1, 2, T1, [], None))
+    assert differing_keys(was, now, KEYS) == [(None, D2), ("u1", D1)]
+    assert differing_keys(was, now.append_column("carts", pa.array([0, 0, 0], pa.int64())), KEYS) == [
+        (None, D1), (None, D2), ("u1", D1)]

@@ -16,25 +16,27 @@ _BEFORE, _AFTER = "_row_before", "_row_after"
 
 
 def differing_keys(before: pa.Table, after: pa.Table, keys: list[str]) -> list[tuple]:
-    """The keys (tuples of `keys`' values, sorted) of the rows that one table holds and the other
-    does not, or holds with some other value. Each key is on at most one row of each table. Tables
-    whose columns differ in name or type differ on every row."""
-    if [(f.name, f.type) for f in before.schema] != [(f.name, f.type) for f in after.schema]:
-        pairs = pa.concat_tables([before.select(keys), after.select(keys)]).group_by(keys).aggregate([])
-        return sorted(zip(*(pairs.column(k).to_pylist() for k in keys)))
+    """The keys (tuples of `keys`' values, nulls first) of the rows that one table holds and the
+    other does not, or holds with some other value. Each key is on at most one row of each table;
+    a null in a key is a value like any other (a real export's events without a user id share
+    one). Tables whose columns differ in name or type differ on every row."""
     numbered = [
-        table.select(keys).append_column(name, pa.array(range(table.num_rows), pa.int64()))
-        for table, name in ((before, _BEFORE), (after, _AFTER))
+        table.select(keys).append_column(mine, pa.array(range(table.num_rows), pa.int64()))
+        .append_column(other, pa.nulls(table.num_rows, pa.int64()))
+        for table, mine, other in ((before, _BEFORE, _AFTER), (after, _AFTER, _BEFORE))
     ]
-    rows = numbered[0].join(numbered[1], keys, join_type="full outer")
-    matched = pc.and_(rows.column(_BEFORE).is_valid(), rows.column(_AFTER).is_valid())
-    both = rows.filter(matched)
-    was, now = both.column(_BEFORE), both.column(_AFTER)
-    values = [name for name in before.column_names if name not in keys]
-    equal = reduce(pc.and_, (equal_rows(before.column(n).take(was), after.column(n).take(now)) for n in values),
-                   pa.array([True] * both.num_rows, pa.bool_()))
-    changed = pa.concat_tables([rows.filter(pc.invert(matched)).select(keys), both.filter(pc.invert(equal)).select(keys)])
-    return sorted(zip(*(changed.column(k).to_pylist() for k in keys)))
+    # Grouping, unlike a join, matches null keys: each key's row number in either table.
+    rows = pa.concat_tables([numbered[0], numbered[1].select(numbered[0].column_names)]).group_by(keys).aggregate(
+        [(_BEFORE, "max"), (_AFTER, "max")]).rename_columns({f"{_BEFORE}_max": _BEFORE, f"{_AFTER}_max": _AFTER})
+    if [(f.name, f.type) for f in before.schema] == [(f.name, f.type) for f in after.schema]:
+        matched = pc.and_(rows.column(_BEFORE).is_valid(), rows.column(_AFTER).is_valid())
+        both = rows.filter(matched)
+        was, now = both.column(_BEFORE), both.column(_AFTER)
+        values = [name for name in before.column_names if name not in keys]
+        equal = reduce(pc.and_, (equal_rows(before.column(n).take(was), after.column(n).take(now)) for n in values),
+                       pa.array([True] * both.num_rows, pa.bool_()))
+        rows = pa.concat_tables([rows.filter(pc.invert(matched)).select(keys), both.filter(pc.invert(equal)).select(keys)])
+    return sorted(zip(*(rows.column(k).to_pylist() for k in keys)), key=lambda key: [(v is not None, v) for v in key])
 
 
 def equal_rows(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.BooleanArray:

@@ -97,13 +97,15 @@ def table_state(spark, uri: str):
     return columns, sorted((repr(tuple(row)) for row in frame.collect()))
 
 
-FILTERS = (None, [("d", "in", [DAYS[0], DAYS[2]])], [("d", "<", DAYS[0])])
-KEEPS = {"in": lambda value, kept: value in kept, "<": lambda value, bound: value < bound}
+FILTERS = (None, [("d", "in", [DAYS[0], DAYS[2]])], [("d", "<", DAYS[0])],
+           [("k", "in", ["a", "ü", "long-" + "k" * 200])], [("d", ">=", DAYS[1]), ("k", "in", ["b", ""])])
+KEEPS = {"in": lambda value, kept: value in kept, "<": lambda value, bound: value < bound, ">=": lambda value, bound: value >= bound}
 
 
 def read_alike_for_checks(spark, uri: str) -> None:
-    """read_just_written gives the schema and the rows of Spark's own read, for the whole table and
-    for partition filters (one keeping none)."""
+    """read_just_written gives the schema and the rows of Spark's own read, for the whole table, for
+    partition filters (one keeping none) and for filters on a string column (the keys of a check's
+    rows; in files deltalake wrote, pyarrow reads them as views)."""
     whole = read_table(spark, uri)
     schema = [(f.name, f.dataType.simpleString(), f.nullable) for f in whole.schema.fields]
     rows = whole.collect()

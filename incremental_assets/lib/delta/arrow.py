@@ -1,4 +1,5 @@
-"""Rows handed to deltalake as Arrow, with every offsets buffer whole.
+"""Rows handed between Spark and deltalake as Arrow: to deltalake with every offsets buffer whole,
+to Spark without a batch of no rows.
 
 Spark's Arrow writer (Java) sends a variable-width array that holds no value (the strings of a
 batch's lists when every list is empty, say) with an offsets buffer of 0 bytes, where the format
@@ -13,7 +14,8 @@ docs/upstream/deltalake-empty-offsets.py reproduces it without Spark.
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 _OFFSET_BYTES = {
     pa.types.is_string: 4, pa.types.is_binary: 4, pa.types.is_list: 4, pa.types.is_map: 4,
@@ -24,6 +26,16 @@ _OFFSET_BYTES = {
 def collect(df: DataFrame) -> pa.Table:
     """`df`'s rows in the driver, as deltalake can take them."""
     return whole_offsets(df.toArrow())
+
+
+def to_spark(spark: SparkSession, rows: pa.Table, schema: T.StructType) -> DataFrame:
+    """`rows` as a Spark DataFrame of `schema`. pyspark (4.0.1) reads an Arrow table's batches up to
+    the first one of no rows and silently drops the others: a table filtered in Arrow has such
+    batches, so they are left out."""
+    if not rows.num_rows:  # pyspark cannot take a timestamp column of no chunk from Arrow
+        return spark.createDataFrame([], schema)
+    batches = [batch for batch in rows.to_batches() if batch.num_rows]
+    return spark.createDataFrame(pa.Table.from_batches(batches, rows.schema), schema=schema)
 
 
 def whole_offsets(rows: pa.Table) -> pa.Table:

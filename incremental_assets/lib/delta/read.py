@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from incremental_assets.lib.delta.arrow import to_spark
 from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, reading, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
@@ -24,8 +25,8 @@ def read_table(spark: SparkSession, uri: str) -> DataFrame:
 
 
 def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
-    """`columns` of the table's rows that `filters` keeps (deltalake's: (column, op, value) with in,
-    >= or <; on partition columns, dates or numbers), for a check of what a step has just
+    """`columns` of the table's rows that `filters` keeps ((column, op, value) with in, >= or <: on a
+    partition column they skip files, on another they keep rows), for a check of what a step has just
     committed. A small read (by the log's record counts) goes through deltalake and reaches Spark as
     Arrow: Spark's Delta reader would first build its snapshot of the version deltalake has just
     committed, skip files by their statistics and plan the scan, which cost a warm run more than the
@@ -46,12 +47,12 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
             rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
         return rows.select(*columns)
     read = columns + [column for column, _, _ in filters if column not in columns]
+    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
     with reading(uri):
-        rows = table.to_pyarrow_table(columns=read, filters=filters or None).select(columns)
-    schema = _spark_schema(table, columns)
-    if not rows.num_rows:  # pyspark cannot take a timestamp column of no chunk from Arrow
-        return spark.createDataFrame([], schema)
-    return spark.createDataFrame(_without_views(rows), schema=schema)
+        rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
+    if len(on_partitions) < len(filters):  # on the rows read: pyarrow compares no string_view in its scan
+        rows = rows.filter(filters_to_expression([f for f in filters if f not in on_partitions]))
+    return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
 
 
 # The filters read_just_written takes, as Spark's conditions: the operators its callers use.

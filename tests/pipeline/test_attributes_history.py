@@ -6,9 +6,10 @@ import shutil
 from datetime import date, datetime, timedelta
 
 import pandas as pd
+import pyarrow as pa
 import pytest
-from dagster import DagsterInstance
-from deltalake import DeltaTable
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 from incremental_assets.cli import main
@@ -115,6 +116,23 @@ def test_the_row_valid_on_each_day_holds_that_days_values_for_every_key(built):
     assert all(r["page_views_7d"] == 0 for r in rows if r["valid_to"] is None and r["page_views"])
 
 
+def load_a_late_session(spark, source, day: date) -> str:
+    """A session of three page views of one user on `day`, loaded on 03-05 (copies of that user's
+    page views of the day, in a session of their own); returns the user."""
+    stream = spark.read.format("delta").load(str(source))
+    user_views = stream.where((F.to_date("derived_tstamp") == F.lit(day)) & (F.col("event_name") == "page_view"))
+    user = user_views.first()["domain_userid"]
+    loaded = datetime(2024, 3, 5, 0, 30)
+    late = (
+        user_views.where(F.col("domain_userid") == user).limit(3)
+        .withColumn("event_id", F.concat(F.lit("late-"), "event_id"))
+        .withColumn("domain_sessionid", F.lit("late-session"))
+        .withColumn("load_tstamp", F.lit(loaded)).withColumn("load_date", F.lit(loaded.date()))
+    )
+    write_events(spark, late, str(source), "append")
+    return user
+
+
 def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothing(spark, built, tmp_path):
     base, source_base, _, last = built
     warehouse, source = tmp_path / "warehouse", tmp_path / "source"
@@ -122,20 +140,8 @@ def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothin
     shutil.copytree(source_base, source)
     instance = DagsterInstance.ephemeral()
     with scenario_environment(warehouse, source, {}):
-        # A session of three page views of one user on 03-02, three days before the last load,
-        # loaded now (copies of that user's page views of the day, in a session of their own).
         day = date(2024, 3, 2)
-        stream = spark.read.format("delta").load(str(source))
-        user_views = stream.where((F.to_date("derived_tstamp") == F.lit(day)) & (F.col("event_name") == "page_view"))
-        user = user_views.first()["domain_userid"]
-        loaded = datetime(2024, 3, 5, 0, 30)
-        late = (
-            user_views.where(F.col("domain_userid") == user).limit(3)
-            .withColumn("event_id", F.concat(F.lit("late-"), "event_id"))
-            .withColumn("domain_sessionid", F.lit("late-session"))
-            .withColumn("load_tstamp", F.lit(loaded)).withColumn("load_date", F.lit(loaded.date()))
-        )
-        write_events(spark, late, str(source), "append")
+        user = load_a_late_session(spark, source, day)
         before = DeltaTable(f"{warehouse}/attributes_history").version()
         old = history_rows(warehouse)
         assert run_incremental(settings(last), now="2024-03-05T01:00:00", instance=instance).success
@@ -223,3 +229,32 @@ def test_the_command_prints_one_keys_values_as_of_a_day(built, capsys):
     assert lines["last_page_url"] == str(expected["last_page_url"])
     assert f"{key}: no event by the end of 2024-02-20" in before
     assert f"the history runs through {last}" in beyond
+
+
+def test_the_tiling_check_reads_every_interval_of_the_keys_a_run_recomputed(spark, built, tmp_path):
+    """A gap stored before the day a run recomputes a key from is found: the check reads all the
+    intervals of the keys it recomputed (by name, not the whole history). The same gap in a key
+    the run did not recompute is not that run's to report."""
+    base, source_base, _, last = built
+    warehouse, source = tmp_path / "warehouse", tmp_path / "source"
+    shutil.copytree(base, warehouse)
+    shutil.copytree(source_base, source)
+    instance = DagsterInstance.ephemeral()
+    with scenario_environment(warehouse, source, {}):
+        user = load_a_late_session(spark, source, date(2024, 3, 2))
+        first = {}
+        for row in sorted(history_rows(warehouse), key=lambda row: row["valid_from"]):
+            first.setdefault(row["attribute_key"], row)
+        other = sorted(key for key in first if key not in (user, None))[0]
+        # Each key gains an interval that ends two days before its first one starts.
+        gaps = [{**first[key], "valid_from": date(2024, 2, 26), "valid_to": date(2024, 2, 27)} for key in (user, other)]
+        history = DeltaTable(f"{warehouse}/attributes_history")
+        write_deltalake(history, pa.Table.from_pylist(gaps, schema=pa.schema(history.schema().to_arrow())), mode="append")
+        run = run_incremental(settings(last), now="2024-03-05T01:00:00", instance=instance)
+        assert run.success
+        check = AssetCheckKey(AssetKey("attributes_history"), "intervals_tile_each_key")
+        [record] = instance.event_log_storage.get_asset_check_execution_history(check, limit=1)
+        evaluation = record.event.dagster_event.event_specific_data
+        assert record.run_id in {daily.run_id for daily in run.daily_runs} and not evaluation.passed
+        found = evaluation.metadata["examples"].value
+        assert {(row["attribute_key"], row["valid_from"]) for row in found} == {(user, str(first[user]["valid_from"]))}

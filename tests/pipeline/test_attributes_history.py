@@ -116,6 +116,15 @@ def test_the_row_valid_on_each_day_holds_that_days_values_for_every_key(built):
     assert all(r["page_views_7d"] == 0 for r in rows if r["valid_to"] is None and r["page_views"])
 
 
+def copied(built, tmp_path):
+    """The module's warehouse and source copied for a test that changes them, with an instance of its own."""
+    base, source_base, _, last = built
+    warehouse, source = tmp_path / "warehouse", tmp_path / "source"
+    shutil.copytree(base, warehouse)
+    shutil.copytree(source_base, source)
+    return warehouse, source, DagsterInstance.ephemeral(), last
+
+
 def load_a_late_session(spark, source, day: date) -> str:
     """A session of three page views of one user on `day`, loaded on 03-05 (copies of that user's
     page views of the day, in a session of their own); returns the user."""
@@ -134,11 +143,7 @@ def load_a_late_session(spark, source, day: date) -> str:
 
 
 def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothing(spark, built, tmp_path):
-    base, source_base, _, last = built
-    warehouse, source = tmp_path / "warehouse", tmp_path / "source"
-    shutil.copytree(base, warehouse)
-    shutil.copytree(source_base, source)
-    instance = DagsterInstance.ephemeral()
+    warehouse, source, instance, last = copied(built, tmp_path)
     with scenario_environment(warehouse, source, {}):
         day = date(2024, 3, 2)
         user = load_a_late_session(spark, source, day)
@@ -235,11 +240,7 @@ def test_the_tiling_check_reads_every_interval_of_the_keys_a_run_recomputed(spar
     """A gap stored before the day a run recomputes a key from is found: the check reads all the
     intervals of the keys it recomputed (by name, not the whole history). The same gap in a key
     the run did not recompute is not that run's to report."""
-    base, source_base, _, last = built
-    warehouse, source = tmp_path / "warehouse", tmp_path / "source"
-    shutil.copytree(base, warehouse)
-    shutil.copytree(source_base, source)
-    instance = DagsterInstance.ephemeral()
+    warehouse, source, instance, last = copied(built, tmp_path)
     with scenario_environment(warehouse, source, {}):
         user = load_a_late_session(spark, source, date(2024, 3, 2))
         first = {}

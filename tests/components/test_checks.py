@@ -290,17 +290,19 @@ def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_
     rows = frame(spark, "session_identifier string, start_tstamp timestamp, start_date date, n long", [
         ("s1", datetime(2024, 3, 1, 23, 30), date(2024, 3, 1), 1), ("s2", datetime(2024, 3, 2, 0, 30), date(2024, 3, 2), 2),
         ("s4", datetime(2024, 3, 2, 1), date(2024, 3, 2), None),
-        ("s3", datetime(2024, 3, 3, 12), date(2024, 3, 3), 3),
+        ("s3", datetime(2024, 3, 3, 12), date(2024, 3, 3), 3), (None, datetime(2024, 3, 3, 13), date(2024, 3, 3), 5),
     ])
     write(spark, rows, WriteRequest(uri, WriteMode.APPEND, partition_by=["start_date"]))
     since = [("start_date", ">=", date(2024, 3, 2)), ("n", "<", 3)]  # a partition, then a column the files bound
-    small = read_just_written(spark, uri, ["session_identifier", "start_tstamp"], since)
-    assert "parquet" not in _plan(small), _plan(small)  # the rows deltalake read, handed over as Arrow
+    named = [("start_date", ">=", date(2024, 3, 2)), ("session_identifier", "in", ["s2", "s3", "s9", None])]  # keys by name
+    small = [read_just_written(spark, uri, ["session_identifier", "start_tstamp"], kept) for kept in (since, named)]
+    assert "parquet" not in _plan(small[0]), _plan(small[0])  # the rows deltalake read, handed over as Arrow
     monkeypatch.setattr(delta_read, "is_small", lambda rows: False)
-    beyond = read_just_written(spark, uri, ["session_identifier", "start_tstamp"], since)
-    assert "parquet" in _plan(beyond), _plan(beyond)  # Spark's scan of the table's files
-    assert small.schema == beyond.schema
-    assert small.collect() == beyond.collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
+    beyond = [read_just_written(spark, uri, ["session_identifier", "start_tstamp"], kept) for kept in (since, named)]
+    assert "parquet" in _plan(beyond[0]), _plan(beyond[0])  # Spark's scan of the table's files
+    assert small[0].schema == beyond[0].schema
+    assert small[0].collect() == beyond[0].collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
+    assert sorted(small[1].collect()) == sorted(beyond[1].collect()) == [("s2", datetime(2024, 3, 2, 0, 30)), ("s3", datetime(2024, 3, 3, 12))]
 
 
 def test_rows_read_in_arrow_reach_spark_whole_past_a_batch_of_none(spark):

@@ -44,14 +44,18 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     if not is_small(counted_rows(files)):
         rows = spark.read.format("delta").load(uri)  # the table is there: opened above
         for column, op, value in filters:
-            rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
+            if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
+                values = spark.createDataFrame([(v,) for v in value], T.StructType([rows.schema[column]]))
+                rows = rows.join(F.broadcast(values), column, "left_semi")
+            else:
+                rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
         return rows.select(*columns)
     read = columns + [column for column, _, _ in filters if column not in columns]
     on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
     with reading(uri):
         rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
     if len(on_partitions) < len(filters):  # on the rows read: pyarrow compares no string_view in its scan
-        rows = rows.filter(filters_to_expression([f for f in filters if f not in on_partitions]))
+        rows = rows.filter(filters_to_expression([_as_in_spark(f) for f in filters if f not in on_partitions]))
     return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
 
 
@@ -61,6 +65,12 @@ _SPARK_FILTERS: dict[str, Callable[[Column, object], Column]] = {
     ">=": lambda column, value: column >= value,
     "<": lambda column, value: column < value,
 }
+
+
+def _as_in_spark(kept: tuple) -> tuple:
+    """A filter as Spark keeps rows by it: a null in an `in` list matches no row (pyarrow's would)."""
+    column, op, value = kept
+    return (column, op, [v for v in value if v is not None]) if op == "in" else kept
 
 
 def _without_views(rows: pa.Table) -> pa.Table:

@@ -45,7 +45,7 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
         rows = spark.read.format("delta").load(uri)  # the table is there: opened above
         for column, op, value in filters:
             if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
-                values = spark.createDataFrame([(v,) for v in value], T.StructType([rows.schema[column]]))
+                values = spark.createDataFrame([(v,) for v in _matching(value)], T.StructType([rows.schema[column]]))
                 rows = rows.join(F.broadcast(values), column, "left_semi")
             else:
                 rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
@@ -55,7 +55,8 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     with reading(uri):
         rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
     if len(on_partitions) < len(filters):  # on the rows read: pyarrow compares no string_view in its scan
-        rows = rows.filter(filters_to_expression([_as_in_spark(f) for f in filters if f not in on_partitions]))
+        kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
+        rows = rows.filter(filters_to_expression(kept))
     return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
 
 
@@ -67,10 +68,10 @@ _SPARK_FILTERS: dict[str, Callable[[Column, object], Column]] = {
 }
 
 
-def _as_in_spark(kept: tuple) -> tuple:
-    """A filter as Spark keeps rows by it: a null in an `in` list matches no row (pyarrow's would)."""
-    column, op, value = kept
-    return (column, op, [v for v in value if v is not None]) if op == "in" else kept
+def _matching(values: list) -> list:
+    """The values of an `in` list that can match a row: in Spark a null matches none (in pyarrow it
+    would), and a frame of a non-nullable column's values could not hold one."""
+    return [value for value in values if value is not None]
 
 
 def _without_views(rows: pa.Table) -> pa.Table:

@@ -76,8 +76,10 @@ def attributes_history(
     if count:
         names = [spec.name for spec in specs]
         columns = ["attribute_key", VALID_FROM, "valid_to", *names]
-        written = read_just_written(partials.sparkSession, uri, columns, _of_keys(first_days, keys))
-        written = written.join(first_days.select("attribute_key"), "attribute_key")
+        named = _of_keys(first_days, keys)
+        written = read_just_written(partials.sparkSession, uri, columns, named)
+        if not named:  # read whole: joined down to the recomputed keys
+            written = written.join(first_days.select("attribute_key"), "attribute_key")
         yield from_offending_rows(
             V.interval_violations(written, names), "intervals that do not tile their key's days",
             f"the {keys} keys recomputed", check_name=TILED,

@@ -115,10 +115,14 @@ def _materialized(instance, asset: str, **metadata) -> None:
 def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_duplicate_and_an_uncapped_event(
     spark, spark_resource, warehouse
 ):
-    """Session S1 starts on 1 March at 00:00 (max_session_days 3); events e1, e2 are inside it."""
+    """Session S1 starts on 1 March at 00:00 (max_session_days 3); events e1, e2 are inside it. S0
+    started on 20 February, before any session the check reads while the rows it meets pass."""
     uri = f"{warehouse}/filtered_events"
     schema = "event_id string, session_identifier string, load_tstamp timestamp, event_date date"
-    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 2), date(2024, 3, 1))])
+    lifecycle = frame(spark, LIFECYCLE + ", start_date date", [
+        ("S1", "u", datetime(2024, 3, 1), datetime(2024, 3, 2), date(2024, 3, 1)),
+        ("S0", "u", datetime(2024, 2, 20), datetime(2024, 2, 21), date(2024, 2, 20)),
+    ])
     write(spark, lifecycle, WriteRequest(f"{warehouse}/{LIFECYCLE_NAME}", WriteMode.UPSERT, [T.SESSION], ["start_date"]))
     create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["event_date"])
     old = frame(spark, schema, [("e1", "S1", datetime(2024, 3, 1, 1), date(2024, 3, 1)), ("e2", "S1", datetime(2024, 3, 1, 2), date(2024, 3, 1))])
@@ -130,12 +134,23 @@ def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_dupli
     _materialized(instance, FILTERED_EVENTS, rows_inserted=2, delta_version=first.version, **{"dagster/uri": uri})
     assert all(r.passed for r in _checked(context, spark_resource).values())
 
-    # Another writer appends a second copy of e2 into its day and an event of S1 a second past its
-    # cap (plain Spark, no MERGE): the next checks catch both, and name them.
-    foreign_rows = [("e2", "S1", datetime(2024, 3, 1, 3), date(2024, 3, 1)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4))]
+    # An event at its session's cap, the earliest its write inserted: the sessions read start from
+    # the cap (and a day) before it, S1 among them, so it passes on that read alone.
+    edge = frame(spark, schema, [("e_edge", "S1", datetime(2024, 3, 4), date(2024, 3, 4))])
+    edged = write(spark, edge, WriteRequest(uri, WriteMode.MERGE_INSERT, ["event_id"], ["event_date"]))
+    _materialized(instance, FILTERED_EVENTS, rows_inserted=1, delta_version=edged.version, **{"dagster/uri": uri})
+    capped = _checked(context, spark_resource)["events_within_session_cap"]
+    assert capped.passed and capped.metadata["checked"].value == (
+        f"rows inserted by version {edged.version}, against the sessions started from 2024-02-29 on")
+
+    # Another writer appends a second copy of e2 into its day, an event of S1 a second past its
+    # cap and one of S0 days past its cap (plain Spark, no MERGE): the next checks catch them, and
+    # name them, each beside its session's start as the whole manifest holds it.
+    foreign_rows = [("e2", "S1", datetime(2024, 3, 1, 3), date(2024, 3, 1)), ("e3", "S1", datetime(2024, 3, 4, 0, 0, 1), date(2024, 3, 4)),
+                    ("e4", "S0", datetime(2024, 3, 1, 3), date(2024, 3, 1))]
     foreign = write(spark, frame(spark, schema, foreign_rows), WriteRequest(uri, WriteMode.APPEND, partition_by=["event_date"]))
     _materialized(
-        instance, FILTERED_EVENTS, rows_inserted=2, delta_version=foreign.version, merge_target_floor="2024-02-01",
+        instance, FILTERED_EVENTS, rows_inserted=3, delta_version=foreign.version, merge_target_floor="2024-02-01",
         **{"dagster/uri": uri},
     )
     results = _checked(context, spark_resource)
@@ -143,7 +158,9 @@ def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_dupli
     assert not unique.passed and unique.metadata["examples"].value == [{"event_id": "e2", "count": "2"}]
     # The days that write added files to (1 and 4 March), read from its commit in the log.
     assert unique.metadata["checked"].value == f"every id in the 2 day(s) version {foreign.version} inserted into"
-    assert not capped.passed and [e["event_id"] for e in capped.metadata["examples"].value] == ["e3"]
+    assert not capped.passed and sorted((e["event_id"], e["session_start"]) for e in capped.metadata["examples"].value) == [
+        ("e3", "2024-03-01 00:00:00"), ("e4", "2024-02-20 00:00:00")]
+    assert capped.metadata["checked"].value.endswith("against the sessions started on any day")
 
     # A write that changed nothing passes without reading (the quiet hour's cost).
     _materialized(instance, FILTERED_EVENTS, rows_inserted=0, delta_version=foreign.version, **{"dagster/uri": uri})

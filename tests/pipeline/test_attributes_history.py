@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_days, run_incremental
+from incremental_assets.defs.daily import changed_keys
 from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
@@ -163,6 +164,23 @@ def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothin
         assert run_days(settings(last), day, day, instance).success
         assert run_incremental(settings(last), now="2024-03-05T02:00:00", instance=instance).success
         assert DeltaTable(f"{warehouse}/attributes_history").version() == written
+
+
+def test_reading_the_recomputed_keys_by_name_leaves_the_tables_reading_them_whole_does(spark, built, tmp_path, monkeypatch):
+    """attributes and attributes_history read the rows of the keys they recompute by name (up to
+    KEYS_NAMED keys), the whole tables above: a late session and the reference day moved on, run
+    both ways over copies of one warehouse, leave the same tables."""
+    kept = {}
+    for reads, named in (("by name", changed_keys.KEYS_NAMED), ("whole", 0)):
+        monkeypatch.setattr(changed_keys, "KEYS_NAMED", named)
+        warehouse, source, instance, last = copied(built, tmp_path / reads)
+        with scenario_environment(warehouse, source, {}):
+            load_a_late_session(spark, source, date(2024, 3, 2))
+            assert run_incremental(settings(last + timedelta(days=1)), now="2024-03-05T01:00:00", instance=instance).success
+        kept[reads] = {table: sorted(map(repr, DeltaTable(f"{warehouse}/{table}").to_pyarrow_table().to_pylist()))
+                       for table in ("attributes", "attributes_history")}
+    assert kept["by name"] == kept["whole"]
+    assert kept["by name"]["attributes_history"] != sorted(map(repr, history_rows(built[0])))  # the run changed it
 
 
 def test_the_daily_rows_a_run_changed_are_those_pythons_comparison_of_every_row_finds(built):

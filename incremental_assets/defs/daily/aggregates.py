@@ -18,7 +18,7 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import since_last_write
+from incremental_assets.defs.daily.changed_keys import by_name, of_keys, since_last_write
 from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.read import count_by, read_just_written
@@ -126,7 +126,9 @@ def attributes(
         return
     keys = found.keys.select("attribute_key").cache()
     count_keys = keys.count()
-    changes = attribute_changes(daily.frame, found.stored, keys, specs, through).cache()
+    named = by_name(keys, count_keys)
+    partials, stored = of_keys(daily.frame, table_uri(DAILY_AGGREGATES), named), of_keys(found.stored, table_uri(ATTRIBUTES), named)
+    changes = attribute_changes(partials, stored, keys, specs, through).cache()
     count = changes.count()
     scope = "every key" if found.before is None else f"the keys daily_aggregates changed since version {found.before.version}"
     context.log.info(f"attributes: {scope} ({count_keys} keys), as of {through}: {count} rows to write")

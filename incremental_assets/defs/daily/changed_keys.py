@@ -22,10 +22,11 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.attributes import AttributeSpec
 from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
-from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.delta.read import read_just_written, read_table
 from incremental_assets.lib.delta.spec import Stored
 
 MARK_WITHIN = 100  # commits looked back for a mark (maintenance adds a few a day); beyond: rebuilt whole
+KEYS_NAMED = 20_000  # keys to recompute up to which the reads of their rows name them
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,23 @@ def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[t
     if before is None or after is None:
         return None
     return differing_keys(before, after, ["attribute_key", "event_date"])
+
+
+def by_name(keys: DataFrame, count: int) -> list[tuple]:
+    """A read filter naming the `count` keys of `keys` (attribute_key) when they are few; none above
+    `KEYS_NAMED`. A run recomputes a few hundred keys of thousands: read whole, the other keys' rows
+    went to Spark only to be joined away, a cost that grew with the history."""
+    if count > KEYS_NAMED:
+        return []
+    return [("attribute_key", "in", [row.attribute_key for row in keys.select("attribute_key").collect()])]
+
+
+def of_keys(rows: DataFrame | None, uri: str, named: list[tuple]) -> DataFrame | None:
+    """`rows`, the table at `uri` read whole, down to the keys `named` names (`by_name`), read by
+    name: a small read goes through deltalake (read_just_written). As `rows` with none named."""
+    if rows is None or not named:
+        return rows
+    return read_just_written(rows.sparkSession, uri, rows.columns, named)
 
 
 def _every_key(daily: DataFrame, stored_keys: DataFrame | None) -> DataFrame:

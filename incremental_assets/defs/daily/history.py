@@ -12,7 +12,7 @@ from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Ass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import since_last_write
+from incremental_assets.defs.daily.changed_keys import by_name, of_keys, since_last_write
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
@@ -28,7 +28,6 @@ from incremental_assets.lib.transforms.daily import VALID_FROM, history_changes
 
 BUILT_FROM = "attributes_history_built_from"  # the mark in each write's commit (changed_keys.BuiltFrom)
 TILED = "intervals_tile_each_key"
-KEYS_NAMED = 20_000  # recomputed keys up to which the check's read names them
 
 
 @spark_delta_asset(
@@ -64,6 +63,8 @@ def attributes_history(
         return
     first_days = first_days.cache()
     keys, earliest = first_days.agg(F.count(F.lit(1)), F.min("from_day")).first()
+    named = by_name(first_days, keys)
+    partials, stored = of_keys(partials, table_uri(DAILY_AGGREGATES), named), of_keys(stored, uri, named)
     changes = history_changes(partials, stored, first_days, specs, through, earliest).cache()
     count = changes.count()
     scope = "every key from its first day" if before is None else f"the keys daily_aggregates changed since version {before.version}"
@@ -76,7 +77,6 @@ def attributes_history(
     if count:
         names = [spec.name for spec in specs]
         columns = ["attribute_key", VALID_FROM, "valid_to", *names]
-        named = _of_keys(first_days, keys)
         written = read_just_written(partials.sparkSession, uri, columns, named)
         if not named:  # read whole: joined down to the recomputed keys
             written = written.join(first_days.select("attribute_key"), "attribute_key")
@@ -88,11 +88,3 @@ def attributes_history(
         yield AssetCheckResult(check_name=TILED, passed=True, metadata={"checked": "nothing: no row changed"})
     first_days.unpersist()
 
-
-def _of_keys(first_days: DataFrame, keys: int) -> list[tuple]:
-    """The check's read filter: the recomputed keys by name, when they are few. The history holds
-    every key's intervals, and a one-hour run recomputes a few hundred keys: read whole, its rows
-    went to Spark only to be joined away, a cost that grew with the history."""
-    if keys > KEYS_NAMED:
-        return []
-    return [("attribute_key", "in", [row.attribute_key for row in first_days.select("attribute_key").collect()])]

@@ -314,12 +314,17 @@ def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_
     named = [("start_date", ">=", date(2024, 3, 2)), ("session_identifier", "in", ["s2", "s3", "s9", None])]  # keys by name
     small = [read_just_written(spark, uri, ["session_identifier", "start_tstamp"], kept) for kept in (since, named)]
     assert "parquet" not in _plan(small[0]), _plan(small[0])  # the rows deltalake read, handed over as Arrow
+    # Four rows from 2 March on are not few here; the two named are: scanned batch by batch in Arrow.
+    monkeypatch.setattr(delta_read, "is_small", lambda rows: rows is not None and rows < 3)
+    scanned = read_just_written(spark, uri, ["session_identifier", "start_tstamp"], named)
+    assert "parquet" not in _plan(scanned), _plan(scanned)
     monkeypatch.setattr(delta_read, "is_small", lambda rows: False)
     beyond = [read_just_written(spark, uri, ["session_identifier", "start_tstamp"], kept) for kept in (since, named)]
-    assert "parquet" in _plan(beyond[0]), _plan(beyond[0])  # Spark's scan of the table's files
-    assert small[0].schema == beyond[0].schema
+    assert all("parquet" in _plan(read) for read in beyond), _plan(beyond[1])  # Spark's scan of the table's files
+    assert small[0].schema == beyond[0].schema and scanned.schema == beyond[1].schema
     assert small[0].collect() == beyond[0].collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
-    assert sorted(small[1].collect()) == sorted(beyond[1].collect()) == [("s2", datetime(2024, 3, 2, 0, 30)), ("s3", datetime(2024, 3, 3, 12))]
+    assert sorted(small[1].collect()) == sorted(scanned.collect()) == sorted(beyond[1].collect()) == [
+        ("s2", datetime(2024, 3, 2, 0, 30)), ("s3", datetime(2024, 3, 3, 12))]
 
 
 def test_rows_read_in_arrow_reach_spark_whole_past_a_batch_of_none(spark):

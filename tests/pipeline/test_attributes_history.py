@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from incremental_assets.cli import main
 from incremental_assets.cli.runner import run_days, run_incremental
-from incremental_assets.defs.daily import changed_keys
+from incremental_assets.lib.delta import read as delta_read
 from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
@@ -171,8 +171,8 @@ def test_reading_the_recomputed_keys_by_name_leaves_the_tables_reading_them_whol
     KEYS_NAMED keys), the whole tables above: a late session and the reference day moved on, run
     both ways over copies of one warehouse, leave the same tables."""
     kept = {}
-    for reads, named in (("by name", changed_keys.KEYS_NAMED), ("whole", 0)):
-        monkeypatch.setattr(changed_keys, "KEYS_NAMED", named)
+    for reads, named in (("by name", delta_read.KEYS_NAMED), ("whole", 0)):
+        monkeypatch.setattr(delta_read, "KEYS_NAMED", named)
         warehouse, source, instance, last = copied(built, tmp_path / reads)
         with scenario_environment(warehouse, source, {}):
             load_a_late_session(spark, source, date(2024, 3, 2))

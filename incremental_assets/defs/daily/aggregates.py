@@ -18,10 +18,10 @@ from dagster import (
 )
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import by_name, of_keys, since_last_write
+from incremental_assets.defs.daily.changed_keys import of_keys, since_last_write
 from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
-from incremental_assets.lib.delta.read import count_by, read_just_written
+from incremental_assets.lib.delta.read import count_by, naming, read_just_written
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
@@ -126,7 +126,7 @@ def attributes(
         return
     keys = found.keys.select("attribute_key").cache()
     count_keys = keys.count()
-    named = by_name(keys, count_keys)
+    named = naming(keys, "attribute_key", count_keys)
     partials, stored = of_keys(daily.frame, table_uri(DAILY_AGGREGATES), named), of_keys(found.stored, table_uri(ATTRIBUTES), named)
     changes = attribute_changes(partials, stored, keys, specs, through).cache()
     count = changes.count()

@@ -26,7 +26,6 @@ from incremental_assets.lib.delta.read import read_just_written, read_table
 from incremental_assets.lib.delta.spec import Stored
 
 MARK_WITHIN = 100  # commits looked back for a mark (maintenance adds a few a day); beyond: rebuilt whole
-KEYS_NAMED = 20_000  # keys to recompute up to which the reads of their rows name them
 
 
 @dataclass(frozen=True)
@@ -118,17 +117,8 @@ def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[t
     return differing_keys(before, after, ["attribute_key", "event_date"])
 
 
-def by_name(keys: DataFrame, count: int) -> list[tuple]:
-    """A read filter naming the `count` keys of `keys` (attribute_key) when they are few; none above
-    `KEYS_NAMED`. A run recomputes a few hundred keys of thousands: read whole, the other keys' rows
-    went to Spark only to be joined away, a cost that grew with the history."""
-    if count > KEYS_NAMED:
-        return []
-    return [("attribute_key", "in", [row.attribute_key for row in keys.select("attribute_key").collect()])]
-
-
 def of_keys(rows: DataFrame | None, uri: str, named: list[tuple]) -> DataFrame | None:
-    """`rows`, the table at `uri` read whole, down to the keys `named` names (`by_name`), read by
+    """`rows`, the table at `uri` read whole, down to the keys `named` names (read.naming), read by
     name: a small read goes through deltalake (read_just_written). As `rows` with none named."""
     if rows is None or not named:
         return rows

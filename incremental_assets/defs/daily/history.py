@@ -12,11 +12,11 @@ from dagster import AssetCheckResult, AssetCheckSpec, AssetExecutionContext, Ass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import by_name, of_keys, since_last_write
+from incremental_assets.defs.daily.changed_keys import of_keys, since_last_write
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
-from incremental_assets.lib.delta.read import read_just_written
+from incremental_assets.lib.delta.read import naming, read_just_written
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.settings import IncrementalSettings
@@ -63,7 +63,7 @@ def attributes_history(
         return
     first_days = first_days.cache()
     keys, earliest = first_days.agg(F.count(F.lit(1)), F.min("from_day")).first()
-    named = by_name(first_days, keys)
+    named = naming(first_days, "attribute_key", keys)
     partials, stored = of_keys(partials, table_uri(DAILY_AGGREGATES), named), of_keys(stored, uri, named)
     changes = history_changes(partials, stored, first_days, specs, through, earliest).cache()
     count = changes.count()

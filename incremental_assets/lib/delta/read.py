@@ -24,13 +24,28 @@ def read_table(spark: SparkSession, uri: str) -> DataFrame:
     return spark.read.format("delta").load(uri)
 
 
+# Keys up to which a step's read names them (`naming`): a run's few hundred of a table's thousands.
+KEYS_NAMED = 20_000
+
+
+def naming(keys: DataFrame, column: str, count: int) -> list[tuple]:
+    """A read filter naming the `count` values of `column` in `keys`, when they are few; none above
+    KEYS_NAMED. Read whole, the other keys' rows went to Spark only to be joined away, a cost that
+    grew with the history."""
+    if count > KEYS_NAMED:
+        return []
+    return [(column, "in", [row[column] for row in keys.select(column).collect()])]
+
+
 def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
     """`columns` of the table's rows that `filters` keeps ((column, op, value) with in, >= or <: on a
     partition column they skip files, on another they keep rows), for a check of what a step has just
     committed. A small read (by the log's record counts) goes through deltalake and reaches Spark as
     Arrow: Spark's Delta reader would first build its snapshot of the version deltalake has just
     committed, skip files by their statistics and plan the scan, which cost a warm run more than the
-    check's own jobs (benchmarks/comparisons.md). A larger read, or one the log cannot count, is Spark's."""
+    check's own jobs (benchmarks/comparisons.md). A larger read that names keys (`in` on a column
+    other than a partition's) is scanned in Arrow batch by batch, keeping the rows named, while they
+    stay few. Any other read, or one the log cannot count, is Spark's."""
     filters = filters or []
     unknown = sorted({op for _, op, _ in filters} - _SPARK_FILTERS.keys())
     if unknown:  # refused whichever path the read's size takes
@@ -41,7 +56,13 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
     pruning = [(f"partition.{column}", op, value) for column, op, value in filters if column in partitioned]
     if pruning:  # the other filters keep rows of the files counted
         files = files.filter(filters_to_expression(pruning))
-    if not is_small(counted_rows(files)):
+    read = columns + [column for column, _, _ in filters if column not in columns]
+    rows = None
+    if is_small(counted_rows(files)):
+        rows = _read_small(uri, table, read, filters, partitioned)
+    elif any(op == "in" and column not in partitioned for column, op, _ in filters):
+        rows = _named_rows(uri, table, read, filters, partitioned)
+    if rows is None:
         rows = spark.read.format("delta").load(uri)  # the table is there: opened above
         for column, op, value in filters:
             if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
@@ -50,14 +71,39 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
             else:
                 rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
         return rows.select(*columns)
-    read = columns + [column for column, _, _ in filters if column not in columns]
+    return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
+
+
+def _read_small(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table:
+    """`read` of the rows `filters` keeps, read by deltalake: partition filters prune its scan, the
+    others keep rows of what it read (pyarrow compares no string_view in deltalake's scan)."""
     on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
     with reading(uri):
         rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
-    if len(on_partitions) < len(filters):  # on the rows read: pyarrow compares no string_view in its scan
+    if len(on_partitions) < len(filters):
         kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
         rows = rows.filter(filters_to_expression(kept))
-    return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
+    return rows
+
+
+def _named_rows(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table | None:
+    """`read` of the rows `filters` keeps, scanned as a pyarrow dataset a batch at a time: partition
+    filters prune its files, the others keep rows of each batch (as in `_read_small`). What it holds
+    follows the rows kept, not the rows scanned. None as soon as they are not few: Spark reads them
+    then. A run names a few hundred sessions of millions."""
+    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
+    kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
+    batches, held = [], 0
+    with reading(uri):
+        dataset = table.to_pyarrow_dataset()
+        schema = _without_views(pa.schema([dataset.schema.field(column) for column in read]).empty_table()).schema
+        for batch in dataset.to_batches(columns=read, filter=filters_to_expression(on_partitions) if on_partitions else None):
+            rows = _without_views(pa.Table.from_batches([batch])).filter(filters_to_expression(kept))
+            batches.extend(rows.to_batches())
+            held += rows.num_rows
+            if not is_small(held):
+                return None
+    return pa.Table.from_batches(batches, schema)
 
 
 # The filters read_just_written takes, as Spark's conditions: the operators its callers use.

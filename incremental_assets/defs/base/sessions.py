@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.catalog import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import stored_table, table_exists
-from incremental_assets.lib.delta.read import read_just_written, read_table
+from incremental_assets.lib.delta.read import naming, read_just_written, read_table
 from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset, warehouse_check
@@ -35,6 +35,7 @@ from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 
 LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
+LIFECYCLE_COLUMNS = [column.split()[0] for column in LIFECYCLE_SCHEMA.split(", ")]
 QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp, cap_tstamp timestamp"
 # The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
 # in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
@@ -55,6 +56,16 @@ def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
     if table is not None:
         return spark.read.format("delta").option("versionAsOf", table.version()).load(uri)
     return spark.createDataFrame([], schema)
+
+
+def stored_sessions(spark, floor: date, named: list[tuple]) -> DataFrame:
+    """The lifecycle's sessions that started from `floor` on, as they are now; only those `named`
+    (read.naming) when some are: read by name, a run's few hundred sessions are no scan in Spark
+    of every session of the lookback, a cost that grew with the history."""
+    uri = table_uri(LIFECYCLE)
+    if named and stored_table(uri) is not None:
+        return read_just_written(spark, uri, LIFECYCLE_COLUMNS, [("start_date", ">=", floor), *named])
+    return read_or_empty(spark, uri, LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
 
 
 def must_write(rows: int, table: str) -> bool:
@@ -97,8 +108,9 @@ def sessions_lifecycle_manifest(plan: RunPlan, settings: IncrementalSettings, sp
     null_cursor_rows = drops.pop(T.NULL_CURSOR, 0)
     # Only stored sessions that started within session_lookback_days are matched (and scanned).
     floor = (limits.lower - timedelta(days=settings.session_lookback_days)).date()
-    stored = read_or_empty(session, table_uri(LIFECYCLE), LIFECYCLE_SCHEMA).where(F.col("start_date") >= F.lit(floor))
-    changes = T.merge_lifecycle(T.new_session_candidates(groups), stored, settings.max_session_days)
+    candidates, eligible = T.new_session_candidates(groups), drops.get(None, 0)  # a session has an eligible event
+    stored = stored_sessions(session, floor, naming(candidates, T.SESSION, eligible) if eligible else [])
+    changes = T.merge_lifecycle(candidates, stored, settings.max_session_days)
     at_cap = F.col(T.STORED_AT_CAP)
     if drops.get(None):
         changes = changes.cache()

@@ -166,19 +166,21 @@ def test_a_late_batch_rewrites_its_key_from_its_day_on_and_a_rerun_writes_nothin
         assert DeltaTable(f"{warehouse}/attributes_history").version() == written
 
 
-def test_reading_the_recomputed_keys_by_name_leaves_the_tables_reading_them_whole_does(spark, built, tmp_path, monkeypatch):
-    """attributes and attributes_history read the rows of the keys they recompute by name (up to
-    KEYS_NAMED keys), the whole tables above: a late session and the reference day moved on, run
-    both ways over copies of one warehouse, leave the same tables."""
+def test_reading_the_keys_a_run_touches_by_name_leaves_the_tables_reading_them_whole_does(spark, built, tmp_path, monkeypatch):
+    """The lifecycle's step reads the stored sessions of its window by name, attributes and
+    attributes_history the rows of the keys they recompute (up to KEYS_NAMED keys; the whole tables
+    above): a late session and the reference day moved on, run both ways over copies of one
+    warehouse, leave the same tables."""
     kept = {}
     for reads, named in (("by name", delta_read.KEYS_NAMED), ("whole", 0)):
         monkeypatch.setattr(delta_read, "KEYS_NAMED", named)
         warehouse, source, instance, last = copied(built, tmp_path / reads)
         with scenario_environment(warehouse, source, {}):
             load_a_late_session(spark, source, date(2024, 3, 2))
-            assert run_incremental(settings(last + timedelta(days=1)), now="2024-03-05T01:00:00", instance=instance).success
+            append_hours(spark, str(source), 2)  # sessions stored before go on
+            assert run_incremental(settings(last + timedelta(days=1)), now="2024-03-05T03:00:00", instance=instance).success
         kept[reads] = {table: sorted(map(repr, DeltaTable(f"{warehouse}/{table}").to_pyarrow_table().to_pylist()))
-                       for table in ("attributes", "attributes_history")}
+                       for table in ("sessions_lifecycle_manifest", "quarantined_sessions", "sessions", "attributes", "attributes_history")}
     assert kept["by name"] == kept["whole"]
     assert kept["by name"]["attributes_history"] != sorted(map(repr, history_rows(built[0])))  # the run changed it
 

@@ -77,13 +77,18 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
 def _read_small(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table:
     """`read` of the rows `filters` keeps, read by deltalake: partition filters prune its scan, the
     others keep rows of what it read (pyarrow compares no string_view in deltalake's scan)."""
-    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
+    on_partitions, kept = _split(filters, partitioned)
     with reading(uri):
         rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
-    if len(on_partitions) < len(filters):
-        kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
-        rows = rows.filter(filters_to_expression(kept))
-    return rows
+    return rows.filter(filters_to_expression(kept)) if kept else rows
+
+
+def _split(filters: list[tuple], partitioned: set) -> tuple[list[tuple], list[tuple]]:
+    """`filters` as an Arrow read takes them: those on partition columns, which prune files, and the
+    others, which keep rows (an `in` list without the values that match none, as in Spark)."""
+    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
+    kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
+    return on_partitions, kept
 
 
 def _named_rows(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table | None:
@@ -91,8 +96,7 @@ def _named_rows(uri: str, table: deltalake.DeltaTable, read: list[str], filters:
     filters prune its files, the others keep rows of each batch (as in `_read_small`). What it holds
     follows the rows kept, not the rows scanned. None as soon as they are not few: Spark reads them
     then. A run names a few hundred sessions of millions."""
-    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
-    kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
+    on_partitions, kept = _split(filters, partitioned)
     batches, held = [], 0
     with reading(uri):
         dataset = table.to_pyarrow_dataset()

@@ -13,7 +13,7 @@ from incremental_assets.cli.runner import incremental_of
 from incremental_assets.defs.base.limits import plan_run
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import FILTERED_EVENTS, NEW_EVENT_LIMITS
-from incremental_assets.lib.delta.log import read_rows, reading, stored_table
+from incremental_assets.lib.delta.log import read_rows, reading, scan, stored_table
 from incremental_assets.lib.incremental.days import arrivals_from_rows, days_to_process
 from incremental_assets.lib.incremental.limits import RunLimits, run_limits
 from incremental_assets.lib.incremental.run_plan import plan_table, waiting_behind_cursor
@@ -108,7 +108,7 @@ def _stored_event_ids(uri: str, days: set[date]) -> set[str]:
     if table is None:
         return set()
     with reading(uri):
-        ids = table.to_pyarrow_table(columns=["event_id"], filters=[("event_date", "in", sorted(days))])
+        ids = scan(table, ["event_id"], [("event_date", "in", sorted(days))])
     return set(ids.column("event_id").to_pylist())
 
 

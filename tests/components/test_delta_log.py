@@ -1,11 +1,13 @@
 """The read layer's small-table reads (lib/delta/log.read_rows): a version read before is not read
-again, and what a caller gets is the table's rows as they are now; and the logs the writers leave
-are quick to open."""
+again, and what a caller gets is the table's rows as they are now; a read by partition reads the
+files of those partitions alone and keeps the rows deltalake's own read keeps; and the logs the
+writers leave are quick to open."""
 
 import json
+import random
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import deltalake
@@ -15,7 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
 from incremental_assets.lib.catalog import RUN_LOG
-from incremental_assets.lib.delta.log import files_left_by, first_data_change, read_rows, stored_table
+from incremental_assets.lib.delta.log import dataset_of, files_left_by, first_data_change, read_rows, rows_as_of, scan, stored_table
 from incremental_assets.lib.delta.spec import TableSpec, WriteMode
 from incremental_assets.lib.delta.write import Txn, append_rows, create_with_change_feed
 from incremental_assets.lib.state.run_log import PROCESSED
@@ -23,8 +25,8 @@ from incremental_assets.lib.state.store import StateStore
 
 
 def test_rows_read_again_follow_a_new_version_a_table_made_afresh_and_ignore_a_callers_change(tmp_path, monkeypatch):
-    scans, scan = [], DeltaTable.to_pyarrow_table
-    monkeypatch.setattr(DeltaTable, "to_pyarrow_table", lambda self, **kw: scans.append(self.version()) or scan(self, **kw))
+    scans, dataset = [], DeltaTable.to_pyarrow_dataset
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", lambda self, **kw: scans.append(self.version()) or dataset(self, **kw))
     uri = str(tmp_path / "state")
     write_deltalake(uri, pa.table({"k": ["a"], "n": [1]}))
     first = read_rows(uri)
@@ -43,6 +45,50 @@ def test_rows_read_again_follow_a_new_version_a_table_made_afresh_and_ignore_a_c
     assert read_rows(uri) == [{"k": "c", "n": 3}]
     shutil.rmtree(uri)
     assert read_rows(uri) is None
+
+
+def test_a_read_by_partition_opens_those_partitions_files_alone_and_keeps_the_rows_deltalakes_read_keeps(tmp_path):
+    """`scan` (and read_rows, rows_as_of) prunes the log's file list by the partition filters;
+    deltalake's to_pyarrow_table(filters=) tested them on every file. Differential against it on
+    generated tables: days as a date partition (one null), several files a day, filters as the
+    callers spell them (ISO strings, dates, in, >=, <, a null named)."""
+    generator = random.Random(7)
+    first = date(2024, 3, 1)
+    for case in range(6):
+        uri = str(tmp_path / f"t{case}")
+        days = [first + timedelta(days=n) for n in range(generator.randint(3, 9))] + [None]
+        for _ in range(generator.randint(2, 4)):  # a write per round: several files a day
+            chosen = [generator.choice(days) for _ in range(generator.randint(5, 40))]
+            rows = pa.table({"id": [f"e{generator.randrange(10**6)}" for _ in chosen], "n": list(range(len(chosen))),
+                             "day": pa.array(chosen, pa.date32())})
+            write_deltalake(uri, rows, partition_by=["day"], mode="append")
+        table = DeltaTable(uri)
+        named = sorted(generator.sample([d for d in days if d], 2))
+        cut = generator.choice([d for d in days if d])
+        for filters in (
+            [("day", "in", [d.isoformat() for d in named])], [("day", "in", named)], [("day", ">=", cut)],
+            [("day", "<", cut)], [("day", ">=", named[0]), ("day", "<", named[1])], [("day", "in", [None, named[0]])],
+            [("day", "in", [(first - timedelta(days=1)).isoformat()])], None,
+        ):
+            expected = _sorted(table.to_pyarrow_table(columns=["id", "n", "day"], filters=filters))
+            assert _sorted(scan(table, ["id", "n", "day"], filters)) == expected, (case, filters)
+            assert _sorted(rows_as_of(uri, table.version(), ["id", "n", "day"], filters or [])) == expected, (case, filters)
+            assert sorted(read_rows(uri, filters=filters), key=repr) == sorted(expected, key=repr), (case, filters)
+            opened = [_day_of(f.path) for f in dataset_of(table, filters).get_fragments()]
+            kept = {_day_of(f.path) for f in table.to_pyarrow_dataset().get_fragments()} & {row["day"] for row in expected}
+            assert kept <= set(opened), (case, filters)
+            if filters and not any(value is None or None in (value if isinstance(value, list) else []) for _, _, value in filters):
+                assert set(opened) == kept, f"{case} {filters}: opened the files of {set(opened) - kept}"
+
+
+def _sorted(rows: pa.Table) -> list[dict]:
+    return sorted(rows.to_pylist(), key=repr)
+
+
+def _day_of(path: str) -> date | None:
+    """The partition value a file's path spells (a null: Hive's default partition)."""
+    value = path.split("day=", 1)[1].split("/", 1)[0]
+    return None if value == "__HIVE_DEFAULT_PARTITION__" else date.fromisoformat(value)
 
 
 def test_the_tables_runs_write_checkpoint_their_log_every_ten_commits(spark, warehouse):

@@ -25,6 +25,7 @@ from incremental_assets.lib.transforms.daily import (
     attributes_from_daily,
     daily_partials,
     day_arrivals,
+    first_partial_day,
     history_changes,
 )
 from incremental_assets.lib.utc import aware_row
@@ -683,6 +684,15 @@ def test_a_late_event_carries_on_from_the_values_of_the_day_before(spark):
     # And the history it leaves equals one built from scratch over every partial.
     rebuilt = history_changes(late, None, everyone, CARRIED, THROUGH).withColumn("_deleted", F.lit(False))
     assert applied(stored, changes) == history_rows(rebuilt)
+
+
+def test_the_first_day_of_partials_a_recomputation_reads():
+    # CARRIED: the longest window is 2 days, so from 01-03 on the partials of 01-02 on (what the test
+    # above hands in). SPECS: a lifetime count_distinct needs every day. No earliest: every day.
+    assert first_partial_day(CARRIED, date(2021, 1, 3)) == date(2021, 1, 2)
+    assert first_partial_day(CARRIED[:1], date(2021, 1, 3)) == date(2021, 1, 3)  # lifetime and carried alone
+    assert first_partial_day(SPECS, date(2021, 1, 3)) is None
+    assert first_partial_day(CARRIED, None) is None
 
 
 def test_a_lookup_gives_the_values_of_the_day_before_each_example(spark, history):

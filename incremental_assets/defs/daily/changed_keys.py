@@ -117,12 +117,13 @@ def changed_rows(daily_uri: str, was: int, now: int, days: list[date]) -> list[t
     return differing_keys(before, after, ["attribute_key", "event_date"])
 
 
-def of_keys(rows: DataFrame | None, uri: str, named: list[tuple]) -> DataFrame | None:
+def of_keys(rows: DataFrame | None, uri: str, named: list[tuple], days: list[tuple] = ()) -> DataFrame | None:
     """`rows`, the table at `uri` read whole, down to the keys `named` names (read.naming), read by
-    name: a small read goes through deltalake (read_just_written). As `rows` with none named."""
+    name: a small read goes through deltalake (read_just_written), its files pruned by the filters
+    `days` on a partition column (a bound the caller applies anyway). As `rows` with none named."""
     if rows is None or not named:
         return rows
-    return read_just_written(rows.sparkSession, uri, rows.columns, named)
+    return read_just_written(rows.sparkSession, uri, rows.columns, [*named, *days])
 
 
 def _every_key(daily: DataFrame, stored_keys: DataFrame | None) -> DataFrame:

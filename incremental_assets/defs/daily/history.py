@@ -24,7 +24,7 @@ from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms import violations as V
-from incremental_assets.lib.transforms.daily import VALID_FROM, history_changes
+from incremental_assets.lib.transforms.daily import VALID_FROM, first_partial_day, history_changes
 
 BUILT_FROM = "attributes_history_built_from"  # the mark in each write's commit (changed_keys.BuiltFrom)
 TILED = "intervals_tile_each_key"
@@ -64,7 +64,9 @@ def attributes_history(
     first_days = first_days.cache()
     keys, earliest = first_days.agg(F.count(F.lit(1)), F.min("from_day")).first()
     named = naming(first_days, "attribute_key", keys)
-    partials, stored = of_keys(partials, table_uri(DAILY_AGGREGATES), named), of_keys(stored, uri, named)
+    first = first_partial_day(specs, earliest)  # history_changes reads no partial before
+    days = [] if first is None else [("event_date", ">=", first)]
+    partials, stored = of_keys(partials, table_uri(DAILY_AGGREGATES), named, days), of_keys(stored, uri, named)
     changes = history_changes(partials, stored, first_days, specs, through, earliest).cache()
     count = changes.count()
     scope = "every key from its first day" if before is None else f"the keys daily_aggregates changed since version {before.version}"

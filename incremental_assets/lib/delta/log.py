@@ -185,12 +185,32 @@ def read_rows(
         partitioned = set(metadata.partition_columns)
         pruning = [f for f in filters or [] if f[0] in partitioned]
         with reading(uri):
-            rows = table.to_pyarrow_table(columns=columns, filters=pruning or None)
+            rows = scan(table, columns, pruning)
         rest = [f for f in filters or [] if f[0] not in partitioned]
         if len(_rows) >= _ROWS_KEPT:
             del _rows[next(iter(_rows))]  # the oldest
         _rows[key] = (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
     return [dict(row) for row in _rows[key]]
+
+
+def scan(table: deltalake.DeltaTable, columns: list[str] | None, on_partitions: list | None) -> pa.Table:
+    """`columns` of the rows that filters on the table's partition columns keep. The filters first
+    prune the log's list of files: deltalake's to_pyarrow_table(filters=) only tests them on a
+    fragment of every file, a cost that grew with the table's files (benchmarks/comparisons.md). They
+    then keep rows as they did; one naming a null is left to that (deltalake's pruning spells a null '')."""
+    return dataset_of(table, on_partitions).to_table(
+        columns=columns, filter=filters_to_expression(on_partitions) if on_partitions else None
+    )
+
+
+def dataset_of(table: deltalake.DeltaTable, on_partitions: list | None) -> ds.Dataset:
+    """The table's files as a pyarrow dataset, without those the partition filters rule out (`scan`)."""
+    pruning = [(column, op, value) for column, op, value in on_partitions or [] if not _names_null(op, value)]
+    return table.to_pyarrow_dataset(file_pruning_predicate=pruning or None)
+
+
+def _names_null(op: str, value: Any) -> bool:
+    return any(v is None for v in value) if op in ("in", "not in") else value is None
 
 
 def table_version(uri: str) -> int | None:
@@ -469,8 +489,7 @@ def rows_as_of(uri: str, version: int, columns: list[str], filters: list) -> pa.
     """Columns of the table as it was at `version` (filtered on partition columns), or None when
     that version cannot be read any more: its log cleaned up or its files vacuumed."""
     try:
-        table = deltalake.DeltaTable(uri, version=version)
-        return table.to_pyarrow_table(columns=columns, filters=filters or None)
+        return scan(deltalake.DeltaTable(uri, version=version), columns, filters)
     except (DeltaError, OSError, pa.ArrowInvalid):
         return None
 

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import to_spark
-from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, reading, stored_table
+from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, dataset_of, reading, scan, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
 
@@ -79,7 +79,7 @@ def _read_small(uri: str, table: deltalake.DeltaTable, read: list[str], filters:
     others keep rows of what it read (pyarrow compares no string_view in deltalake's scan)."""
     on_partitions, kept = _split(filters, partitioned)
     with reading(uri):
-        rows = _without_views(table.to_pyarrow_table(columns=read, filters=on_partitions or None))
+        rows = _without_views(scan(table, read, on_partitions))
     return rows.filter(filters_to_expression(kept)) if kept else rows
 
 
@@ -99,7 +99,7 @@ def _named_rows(uri: str, table: deltalake.DeltaTable, read: list[str], filters:
     on_partitions, kept = _split(filters, partitioned)
     batches, held = [], 0
     with reading(uri):
-        dataset = table.to_pyarrow_dataset()
+        dataset = dataset_of(table, on_partitions)
         schema = _without_views(pa.schema([dataset.schema.field(column) for column in read]).empty_table()).schema
         for batch in dataset.to_batches(columns=read, filter=filters_to_expression(on_partitions) if on_partitions else None):
             rows = _without_views(pa.Table.from_batches([batch])).filter(filters_to_expression(kept))

@@ -182,6 +182,22 @@ def carried(spec: AttributeSpec) -> bool:
     return spec.days is None and spec.aggregation != "count_distinct"
 
 
+def first_partial_day(specs: list[AttributeSpec], earliest: date | None) -> date | None:
+    """The first day of partials that a recomputation from `earliest` on reads (`partials_from`);
+    None: every day (no `earliest`, or a lifetime count_distinct)."""
+    return None if earliest is None or _whole(specs) else earliest - timedelta(days=_reach(specs))
+
+
+def _reach(specs: list[AttributeSpec]) -> int:
+    """The days before from_day a "last N days" value reads."""
+    return max((spec.days - 1 for spec in specs if spec.days is not None), default=0)
+
+
+def _whole(specs: list[AttributeSpec]) -> bool:
+    """Whether a key's values need every day of its partials: a lifetime one not carried."""
+    return any(spec.days is None and not carried(spec) for spec in specs)
+
+
 def partials_from(
     daily: DataFrame, first_days: DataFrame, prior: DataFrame | None, specs: list[AttributeSpec], earliest: date | None,
 ) -> DataFrame:
@@ -190,13 +206,12 @@ def partials_from(
     interval of the stored history, holding that day) as one more partial dated that day; a
     "last N days" one's from N - 1 days before from_day; a lifetime count_distinct's from the key's
     first day. So a key's cost follows the days recomputed, not the length of its history."""
-    reach = max((spec.days - 1 for spec in specs if spec.days is not None), default=0)
-    whole = any(spec.days is None and not carried(spec) for spec in specs)
     rows = daily.join(F.broadcast(first_days), "attribute_key")
-    if not whole:
-        rows = rows.where(F.col("event_date") >= F.date_sub("from_day", reach))
-        if earliest is not None:  # a bound Delta prunes partitions by
-            rows = rows.where(F.col("event_date") >= F.lit(earliest - timedelta(days=reach)))
+    if not _whole(specs):
+        rows = rows.where(F.col("event_date") >= F.date_sub("from_day", _reach(specs)))
+        first = first_partial_day(specs, earliest)
+        if first is not None:  # a bound Delta prunes partitions by
+            rows = rows.where(F.col("event_date") >= F.lit(first))
     since = F.col("event_date") >= F.col("from_day")
     partials = [(F.when(since, F.col(s.partial)) if carried(s) else F.col(s.partial)).alias(s.partial) for s in specs]
     rows = rows.select("attribute_key", "event_date", *partials)

@@ -88,8 +88,8 @@ def test_a_run_reads_the_recent_run_log_once_to_find_the_lease_free_and_take_it(
     state = StateStore()
     state.acquire("earlier", ["x"], None, alive=lambda record: False)
     state.record("earlier", "x", PROCESSED, {})
-    scans, scan = [], DeltaTable.to_pyarrow_table
-    monkeypatch.setattr(DeltaTable, "to_pyarrow_table", lambda self, **kw: scans.append(self.version()) or scan(self, **kw))
+    scans, dataset = [], DeltaTable.to_pyarrow_dataset  # every read of rows (log.scan) opens one
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", lambda self, **kw: scans.append(self.version()) or dataset(self, **kw))
     assert not state.holds_lease("run")
     state.acquire("run", ["x"], None, alive=lambda record: True)
     assert len(scans) == 1, scans

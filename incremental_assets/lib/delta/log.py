@@ -182,15 +182,19 @@ def read_rows(
     metadata = table.metadata()
     key = (uri, metadata.id, table.version(), repr(columns), repr(filters))
     if key not in _rows:
-        partitioned = set(metadata.partition_columns)
-        pruning = [f for f in filters or [] if f[0] in partitioned]
+        pruning, rest = split_filters(filters or [], set(metadata.partition_columns))
         with reading(uri):
             rows = scan(table, columns, pruning)
-        rest = [f for f in filters or [] if f[0] not in partitioned]
         if len(_rows) >= _ROWS_KEPT:
             del _rows[next(iter(_rows))]  # the oldest
         _rows[key] = (rows.filter(filters_to_expression(rest)) if rest else rows).to_pylist()
     return [dict(row) for row in _rows[key]]
+
+
+def split_filters(filters: list[tuple], partitioned: set) -> tuple[list[tuple], list[tuple]]:
+    """`filters` as a read in Arrow takes them: those on partition columns, which `scan` prunes
+    files by, and the others, which keep rows of what it read."""
+    return [f for f in filters if f[0] in partitioned], [f for f in filters if f[0] not in partitioned]
 
 
 def scan(table: deltalake.DeltaTable, columns: list[str] | None, on_partitions: list | None) -> pa.Table:

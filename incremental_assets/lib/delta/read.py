@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.delta.arrow import to_spark
-from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, dataset_of, reading, scan, stored_table
+from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, dataset_of, reading, scan, split_filters, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
 
@@ -86,9 +86,8 @@ def _read_small(uri: str, table: deltalake.DeltaTable, read: list[str], filters:
 def _split(filters: list[tuple], partitioned: set) -> tuple[list[tuple], list[tuple]]:
     """`filters` as an Arrow read takes them: those on partition columns, which prune files, and the
     others, which keep rows (an `in` list without the values that match none, as in Spark)."""
-    on_partitions = [(column, op, value) for column, op, value in filters if column in partitioned]
-    kept = [(column, op, _matching(value) if op == "in" else value) for column, op, value in filters if column not in partitioned]
-    return on_partitions, kept
+    on_partitions, rest = split_filters(filters, partitioned)
+    return on_partitions, [(column, op, _matching(value) if op == "in" else value) for column, op, value in rest]
 
 
 def _named_rows(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table | None:

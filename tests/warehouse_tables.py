@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from dagster import DagsterInstance
@@ -50,6 +50,56 @@ def read_alike_by_checks(spark, warehouse: str | Path) -> None:
         small_read = read_just_written(spark, f"{warehouse}/{name}", spark_read.columns)
         assert small_read.schema == spark_read.schema, name
         assert sorted(map(repr, small_read.collect())) == sorted(map(repr, spark_read.collect())), name
+
+
+def found_alike_by_checks(spark, warehouse: str | Path) -> None:
+    """What the checks look for in a small read's rows, found in Arrow as Spark finds it, on the
+    warehouse's own rows with faults planted (sessions and event ids stored again, sessions' ends
+    pushed a year past their start); and the days' sums of events alike."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from incremental_assets.lib.checks import sums_by
+    from incremental_assets.lib.delta.arrow import to_spark
+    from incremental_assets.lib.delta.read import read_just_written, read_to_check
+    from incremental_assets.lib.transforms import violations as V
+
+    def planted(table: str, columns: list[str], planting) -> tuple:
+        rows = read_to_check(spark, f"{warehouse}/{table}", columns)
+        assert isinstance(rows, pa.Table), table  # small: deltalake read it
+        rows = pa.concat_tables([rows, planting(rows)])
+        return rows, to_spark(spark, rows, read_just_written(spark, f"{warehouse}/{table}", columns).schema)
+
+    def later_ends(rows: pa.Table) -> pa.Table:  # three sessions stored again, three more ending a year after they start
+        year = pa.scalar(timedelta(days=365)).cast(pa.duration(rows.schema.field("start_tstamp").type.unit))
+        pushed = rows.slice(3, 3)
+        ends = pc.add(pushed["start_tstamp"], year)
+        return pa.concat_tables([rows.slice(0, 3), pushed.set_column(pushed.schema.get_field_index("end_tstamp"), "end_tstamp", ends)])
+
+    cap = IncrementalSettings().max_session_days
+    lifecycle = planted("sessions_lifecycle_manifest", ["session_identifier", "start_tstamp", "end_tstamp"], later_ends)
+    ids = planted("filtered_events", ["event_id"], lambda rows: rows.slice(0, 2))
+    days = planted("daily_aggregates", ["event_date", "events"], lambda rows: rows.slice(0, 5))
+    for in_arrow, in_spark in (
+        (V.lifecycle_violations(lifecycle[0], cap), V.lifecycle_violations(lifecycle[1], cap)),
+        (V.duplicated_event_ids(ids[0]), V.duplicated_event_ids(ids[1])),
+    ):
+        assert found_rows(in_arrow) == found_rows(in_spark) != []
+    assert sums_by(days[0], "event_date", "events") == sums_by(days[1], "event_date", "events")
+
+
+def found_rows(offending) -> list[tuple]:
+    """A check's offending rows (Arrow's or Spark's), sorted, their instants as Spark's rows show them (naive, in UTC)."""
+    import pyarrow as pa
+
+    def naive(value):
+        return value.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value
+
+    if isinstance(offending, pa.Table):
+        rows = [tuple(naive(value) for value in row.values()) for row in offending.to_pylist()]
+    else:
+        rows = [tuple(row) for row in offending.collect()]
+    return sorted(rows, key=lambda row: [(value is None, value) for value in row])
 
 
 def sample_source(spark, params: SampleParams, root: Path) -> str:

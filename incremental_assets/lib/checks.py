@@ -3,12 +3,14 @@
 A check reads what the latest write of its asset could have changed (the rows that commit
 inserted, or the days from its MERGE floor on), never the whole history, and passes without
 reading when that write changed nothing: a quiet hour costs no Spark job. It reads a table with
-lib/delta/read.read_just_written (small reads through deltalake). The checks themselves are
-declared beside their assets.
+lib/delta/read.read_to_check: a small read through deltalake stays in Arrow, and is looked at
+there (lib/transforms/violations); a bigger one is Spark's. The checks themselves are declared
+beside their assets.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from dagster import (
@@ -18,7 +20,9 @@ from dagster import (
     AssetKey,
     MetadataValue,
 )
+import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from incremental_assets.lib.metadata import materialization_metadata
 
@@ -44,11 +48,22 @@ def nothing_written(check_name: str | None = None) -> AssetCheckResult:
     return AssetCheckResult(passed=True, check_name=check_name, metadata={"checked": "nothing: the latest write changed no row"})
 
 
+def sums_by(rows: DataFrame | pa.Table, key: str, value: str) -> dict:
+    """The sum of `value` for each `key` of `rows` (read.read_to_check's, in Arrow or in Spark)."""
+    if isinstance(rows, pa.Table):
+        summed = rows.group_by(key, use_threads=False).aggregate([(value, "sum")])
+        return dict(zip(summed[key].to_pylist(), summed[f"{value}_sum"].to_pylist()))
+    return {row[key]: row[value] for row in rows.groupBy(key).agg(F.sum(value).alias(value)).collect()}
+
+
 def from_offending_rows(
-    offending: DataFrame | list[dict], what: str, scope: str, check_name: str | None = None
+    offending: DataFrame | pa.Table | list[dict], what: str, scope: str, check_name: str | None = None
 ) -> AssetCheckResult:
     """Pass when `offending` (a DataFrame, or rows in hand) is empty; otherwise fail and show the first rows found."""
-    rows = offending[:EXAMPLES] if isinstance(offending, list) else [r.asDict() for r in offending.limit(EXAMPLES).collect()]
+    if isinstance(offending, pa.Table):  # its instants in UTC, shown as Spark's rows show them
+        rows = [{key: _naive(value) for key, value in row.items()} for row in offending.slice(0, EXAMPLES).to_pylist()]
+    else:
+        rows = offending[:EXAMPLES] if isinstance(offending, list) else [r.asDict() for r in offending.limit(EXAMPLES).collect()]
     found = [{key: str(value) for key, value in row.items()} for row in rows]
     return AssetCheckResult(
         passed=not found,
@@ -58,3 +73,5 @@ def from_offending_rows(
     )
 
 
+def _naive(value: Any) -> Any:
+    return value.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(value, datetime) and value.tzinfo else value

@@ -1,6 +1,7 @@
 """The asset checks: what each looks for on hand-made rows, what it reads on real Delta tables,
 and the stranded-late-events warning."""
 
+import random
 from datetime import date, datetime, timedelta
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from incremental_assets.defs.incremental.filtered_events import (
     manifest_consistent_with_tables,
 )
 from incremental_assets.lib.catalog import DAILY_AGGREGATES, FILTERED_EVENTS
+from incremental_assets.lib.checks import from_offending_rows, sums_by
 from incremental_assets.lib.catalog import LIFECYCLE as LIFECYCLE_NAME
 from incremental_assets.lib.delta.log import stored_max
 from incremental_assets.lib.delta.spec import Stored, WriteMode
@@ -30,7 +32,7 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 from tests.spark.test_transforms import LIFECYCLE, frame
-from tests.warehouse_tables import built_under
+from tests.warehouse_tables import built_under, found_rows
 
 
 def test_stranded_late_events_warn(spark, warehouse):
@@ -53,23 +55,34 @@ def _t(text: str) -> datetime:
     return datetime.fromisoformat(f"2021-01-{text}")
 
 
-def test_duplicated_names_each_key_held_twice(spark):
-    rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
-    assert sorted(tuple(r) for r in V.duplicated(rows, ["event_id"]).collect()) == [("b", 2), ("c", 3)]
+# A check hands the violations Spark's DataFrame, or the Arrow deltalake read for it (read_to_check).
+ENGINES = ["spark", "arrow"]
 
 
+def _handed(engine: str, rows):
+    return rows if engine == "spark" else rows.toArrow()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_duplicated_names_each_key_held_twice(spark, engine):
+    rows = _handed(engine, spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string"))
+    assert found_rows(V.duplicated(rows, ["event_id"])) == [("b", 2), ("c", 3)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("every_hash_shared", [False, True])
-def test_duplicated_event_ids_count_by_id_what_their_hashes_flag(spark, monkeypatch, every_hash_shared):
+def test_duplicated_event_ids_count_by_id_what_their_hashes_flag(spark, monkeypatch, every_hash_shared, engine):
     """Hashes only narrow the search: as if every id shared one hash (a collision), still the ids
     held twice, and none of a table without them."""
     if every_hash_shared:
         monkeypatch.setattr(F, "xxhash64", lambda *columns: F.lit(7).cast("long"))
     rows = spark.createDataFrame([("a",), ("b",), ("b",), ("c",), ("c",), ("c",)], "event_id string")
-    assert sorted(tuple(r) for r in V.duplicated_event_ids(rows).collect()) == [("b", 2), ("c", 3)]
-    assert V.duplicated_event_ids(rows.distinct()).collect() == []
+    assert found_rows(V.duplicated_event_ids(_handed(engine, rows))) == [("b", 2), ("c", 3)]
+    assert found_rows(V.duplicated_event_ids(_handed(engine, rows.distinct()))) == []
 
 
-def test_lifecycle_violations_find_each_broken_rule(spark):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_lifecycle_violations_find_each_broken_rule(spark, engine):
     lifecycle = frame(spark, LIFECYCLE, [
         ("ok", "u", _t("01 00:00"), _t("04 00:00")),       # end exactly at start + 3 days: allowed
         ("twice", "u", _t("01 00:00"), _t("01 01:00")),
@@ -78,11 +91,54 @@ def test_lifecycle_violations_find_each_broken_rule(spark):
         ("too_long", "u", _t("01 00:00"), _t("04 00:00:01")),  # a second past the cap
         ("no_end", "u", _t("01 00:00"), None),
     ])
-    found = {(r.session_identifier, r.problem) for r in V.lifecycle_violations(lifecycle, 3).collect()}
+    found = {(row[0], row[3]) for row in found_rows(V.lifecycle_violations(_handed(engine, lifecycle), 3))}
     assert found == {
         ("twice", "stored more than once"), ("backwards", "start after end"),
         ("too_long", "end beyond start + max_session_days"), ("no_end", "missing start or end"),
     }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_what_a_check_finds_in_arrow_is_what_spark_finds(spark, seed):
+    """The violations and the sums of a check's rows in Arrow against Spark's, on generated rows:
+    sessions held once, twice and under a null id; ends a microsecond either side of the cap and of
+    the start, or missing; ids and days repeated or null. Each rule is broken somewhere."""
+    rng, base = random.Random(seed), datetime(2024, 3, 1)
+    edges = [timedelta(days=3), timedelta(days=3, microseconds=1), timedelta(days=3, microseconds=-1), timedelta(0),
+             timedelta(microseconds=-1)]
+
+    def moment() -> datetime:
+        return base + timedelta(microseconds=rng.randrange(5 * 86_400_000_000))
+
+    sessions = []
+    for _ in range(400):
+        start = None if rng.random() < 0.03 else moment()
+        offset = rng.choice([*edges, timedelta(microseconds=rng.randrange(-86_400_000_000, 4 * 86_400_000_000))])
+        end = None if rng.random() < 0.03 else (start or base) + offset
+        sessions.append((rng.choice([None, *(f"s{i}" for i in range(300))]), "u", start, end))
+    lifecycle = frame(spark, LIFECYCLE, sessions)
+    in_spark = found_rows(V.lifecycle_violations(lifecycle, 3))
+    assert found_rows(V.lifecycle_violations(lifecycle.toArrow(), 3)) == in_spark
+    assert {row[3] for row in in_spark} == {
+        "stored more than once", "missing start or end", "start after end", "end beyond start + max_session_days"}
+    events = spark.createDataFrame(
+        [(rng.choice([None, *(f"e{i}" for i in range(500))]), rng.choice([None, *range(20)]), date(2024, 3, rng.randrange(1, 6)))
+         for _ in range(800)], "event_id string, events long, event_date date")
+    assert found_rows(V.duplicated_event_ids(events.toArrow())) == found_rows(V.duplicated_event_ids(events)) != []
+    pairs = [["event_id", "event_date"]]
+    assert found_rows(V.duplicated(events.toArrow(), *pairs)) == found_rows(V.duplicated(events, *pairs)) != []
+    for key in ("event_date", "event_id"):
+        assert sums_by(events.toArrow(), key, "events") == sums_by(events, key, "events")
+
+
+def test_a_failed_checks_examples_read_alike_from_either_engine(spark):
+    """What a failed check shows of its rows: the same text whether they were found in Arrow or in Spark."""
+    lifecycle = frame(spark, LIFECYCLE, [("s", "u", _t("02 00:00"), _t("01 23:00:00.000001"))])
+    shown = [from_offending_rows(V.lifecycle_violations(rows, 3), "rows", "all") for rows in (lifecycle, lifecycle.toArrow())]
+    assert shown[0].metadata["examples"].value == shown[1].metadata["examples"].value == [
+        {"session_identifier": "s", "start_tstamp": "2021-01-02 00:00:00", "end_tstamp": "2021-01-01 23:00:00.000001",
+         "problem": "start after end"}]
+    assert not shown[1].passed and shown[0].description == shown[1].description
 
 
 def test_events_beyond_cap_are_outside_their_session_span(spark):
@@ -106,14 +162,24 @@ def test_daily_mismatches_compare_each_day_both_ways():
     ]
 
 
-# The checks on real Delta tables: they read what the latest write changed, and fail on a planted fault.
+# The checks on real Delta tables: they read what the latest write changed, and fail on a planted fault,
+# both when deltalake reads their rows (looked at in Arrow) and when the read is too big for it (Spark's).
+
+@pytest.fixture(params=["small", "big"])
+def read_size(request, monkeypatch) -> str:
+    if request.param == "big":
+        from incremental_assets.lib.delta import read as delta_read
+
+        monkeypatch.setattr(delta_read, "is_small", lambda rows: False)
+    return request.param
+
 
 def _materialized(instance, asset: str, **metadata) -> None:
     instance.report_runless_asset_event(AssetMaterialization(asset, metadata=metadata))
 
 
 def test_filtered_events_checks_read_the_latest_insert_and_catch_a_foreign_duplicate_and_an_uncapped_event(
-    spark, spark_resource, warehouse
+    spark, spark_resource, warehouse, read_size
 ):
     """Session S1 starts on 1 March at 00:00 (max_session_days 3); events e1, e2 are inside it. S0
     started on 20 February, before any session the check reads while the rows it meets pass."""
@@ -175,7 +241,7 @@ def _checked(context, spark_resource) -> dict:
     }
 
 
-def test_lifecycle_check_reads_from_the_write_floor_on(spark, spark_resource, warehouse):
+def test_lifecycle_check_reads_from_the_write_floor_on(spark, spark_resource, warehouse, read_size):
     uri = f"{warehouse}/sessions_lifecycle_manifest"
     rows = frame(spark, LIFECYCLE + ", start_date date", [
         ("old_bad", "u", _t("01 00:00"), _t("09 00:00"), date(2021, 1, 1)),   # before the floor: not read
@@ -249,7 +315,7 @@ def test_stored_max_reads_the_statistics_or_else_the_column(spark, warehouse):
     assert stored_max(f"{warehouse}/none", "t") is None
 
 
-def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, spark_resource, warehouse):
+def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered_events(spark, spark_resource, warehouse, read_size):
     """The check inside daily_aggregates reads back what is stored for the run's days: here a table
     planted before (invoked directly, no IO manager writes), 3 events on 1 March against the 2 that
     filtered_events holds (as its log counts them)."""
@@ -279,7 +345,7 @@ def test_daily_reconcile_fails_when_the_stored_aggregates_disagree_with_filtered
     assert corrupted.metadata["examples"].value == [{"event_date": "2024-03-01", "aggregated": "3", "filtered_events": "2"}]
 
 
-def test_one_row_per_attribute_key_fails_on_a_key_stored_twice(spark, spark_resource, warehouse):
+def test_one_row_per_attribute_key_fails_on_a_key_stored_twice(spark, spark_resource, warehouse, read_size):
     from incremental_assets.defs.daily.aggregates import one_row_per_attribute_key
 
     uri = f"{warehouse}/attributes"

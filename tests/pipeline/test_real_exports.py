@@ -29,7 +29,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import LoadOptions, write_events
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
-from tests.warehouse_tables import COMPARED, comparable_tables, read_alike_by_checks, scenario_environment
+from tests.warehouse_tables import COMPARED, comparable_tables, found_alike_by_checks, read_alike_by_checks, scenario_environment
 
 DAY0 = datetime(2024, 3, 1)
 NOW = (DAY0 + timedelta(days=8)).isoformat()
@@ -115,8 +115,9 @@ def test_every_row_a_run_reads_is_stored_or_counted_under_a_reason(every_anomaly
     } <= set(reasons), reasons
 
 
-def test_the_checks_read_every_table_of_every_anomaly_as_spark_reads_it(spark, every_anomaly):
+def test_the_checks_read_every_table_of_every_anomaly_as_spark_reads_it_and_find_what_spark_finds(spark, every_anomaly):
     read_alike_by_checks(spark, every_anomaly[3] / "warehouse")
+    found_alike_by_checks(spark, every_anomaly[3] / "warehouse")
 
 
 def test_the_version_a_loader_wrote_is_recorded_once_as_atomic_events(every_anomaly):

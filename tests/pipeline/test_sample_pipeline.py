@@ -17,7 +17,7 @@ from incremental_assets.lib.delta.read import read_table
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
-from tests.warehouse_tables import read_alike_by_checks
+from tests.warehouse_tables import found_alike_by_checks, read_alike_by_checks
 
 PARAMS = SampleParams(users=10, days=5, events_per_day=250, start_date=date(2024, 3, 1), bot_share=0.2, seed=7)
 SETTINGS = IncrementalSettings(start_date="2024-03-01", backfill_limit_days=2)
@@ -89,3 +89,4 @@ def test_sample_stream_end_to_end(spark, warehouse):
         assert asyncio.run(latest.resolve_status(LoadingContextForTest(instance))) == AssetCheckExecutionResolvedStatus.SUCCEEDED
 
     read_alike_by_checks(spark, warehouse)  # what the checks read through deltalake is what Spark reads
+    found_alike_by_checks(spark, warehouse)  # and what they find there in Arrow, what Spark finds

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
-from tests.warehouse_tables import read_alike_by_checks
+from tests.warehouse_tables import found_alike_by_checks, read_alike_by_checks
 
 REPRO = Path(__file__).resolve().parents[3] / "shared" / "repro" / "daily-write-panic"
 TRIES = 10
@@ -61,5 +61,6 @@ def test_the_crashing_export_runs_ten_times_and_leaves_what_spark_alone_leaves(s
     by_spark = run_on_a_copy(tmp_path / "spark", "spark")
     assert by_spark["daily_aggregates"] and by_spark["attributes_history"]
     read_alike_by_checks(spark, tmp_path / "spark" / "wh")
+    found_alike_by_checks(spark, tmp_path / "spark" / "wh")
     for attempt in range(TRIES):
         assert run_on_a_copy(tmp_path / f"try-{attempt}", None) == by_spark, f"try {attempt + 1}"

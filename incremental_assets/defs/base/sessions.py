@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.catalog import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import stored_table, table_exists
-from incremental_assets.lib.delta.read import naming, read_just_written, read_table
+from incremental_assets.lib.delta.read import naming, read_just_written, read_table, read_to_check
 from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
 from incremental_assets.lib.environment import source_table_uri, table_uri
 from incremental_assets.lib.assets import OWNERS, SPARK_DELTA, spark_delta_asset, spark_delta_multi_asset, warehouse_check
@@ -156,7 +156,7 @@ def sessions_unique_and_within_cap(
         return nothing_written()
     floor = write.get(MERGE_FLOOR)
     since = [("start_date", ">=", date.fromisoformat(floor))] if floor else None
-    lifecycle = read_just_written(spark.spark_session, write["dagster/uri"], [T.SESSION, "start_tstamp", "end_tstamp"], since)
+    lifecycle = read_to_check(spark.spark_session, write["dagster/uri"], [T.SESSION, "start_tstamp", "end_tstamp"], since)
     violations = V.lifecycle_violations(lifecycle, settings.max_session_days)
     return from_offending_rows(violations, "lifecycle rows breaking a rule", f"start_date >= {floor or 'any'}")
 

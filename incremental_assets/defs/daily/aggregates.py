@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 
 from incremental_assets.defs.daily.changed_keys import of_keys, since_last_write
 from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
-from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
-from incremental_assets.lib.delta.read import count_by, naming, read_just_written
+from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written, sums_by
+from incremental_assets.lib.delta.read import count_by, naming, read_to_check
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
@@ -98,8 +98,8 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
         # The IO manager has written the window: reconcile what is stored for those days with the
         # rows filtered_events holds for them.
         days = [("event_date", ">=", window.start.date()), ("event_date", "<", window.end.date())]
-        per_day = read_just_written(session, table_uri(DAILY_AGGREGATES), ["event_date", "events"], days).groupBy("event_date")
-        aggregated = {r.event_date: r.events for r in per_day.agg(F.sum("events").alias("events")).collect()}
+        stored = read_to_check(session, table_uri(DAILY_AGGREGATES), ["event_date", "events"], days)
+        aggregated = sums_by(stored, "event_date", "events")
         scope = f"event_date in [{window.start.date()}, {window.end.date()})"
         yield from_offending_rows(mismatched_days(aggregated, held), "days whose aggregates disagree with filtered_events", scope)
 
@@ -145,7 +145,7 @@ def one_row_per_attribute_key(context: AssetCheckExecutionContext, spark: SparkR
     write = latest_write(context, "attributes")
     if write is None:
         return nothing_written()
-    keys = read_just_written(spark.spark_session, write["dagster/uri"], ["attribute_key"])
+    keys = read_to_check(spark.spark_session, write["dagster/uri"], ["attribute_key"])
     return from_offending_rows(V.duplicated(keys, ["attribute_key"]), "attribute keys with several rows", "the whole table")
 
 

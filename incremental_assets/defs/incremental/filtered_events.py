@@ -17,7 +17,7 @@ from incremental_assets.lib.assets import warehouse_check
 from incremental_assets.lib.catalog import FILTERED_EVENTS, INCREMENTAL_MANIFEST, LIFECYCLE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import partitions_added, stored_max
-from incremental_assets.lib.delta.read import inserted_rows, read_just_written
+from incremental_assets.lib.delta.read import inserted_rows, read_just_written, read_to_check
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.incremental.asset import incremental_asset
@@ -93,7 +93,7 @@ def event_id_unique(context: AssetCheckExecutionContext, spark: SparkResource) -
         return nothing_written()
     uri, version = write["dagster/uri"], write["delta_version"]
     days = partitions_added(uri, version, "event_date")
-    ids = read_just_written(spark.spark_session, uri, ["event_id"], [("event_date", "in", days)])
+    ids = read_to_check(spark.spark_session, uri, ["event_id"], [("event_date", "in", days)])
     scope = f"every id in the {len(days)} day(s) version {version} inserted into"
     return from_offending_rows(V.duplicated_event_ids(ids), "event_ids stored more than once", scope)
 

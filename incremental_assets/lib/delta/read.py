@@ -38,14 +38,28 @@ def naming(keys: DataFrame, column: str, count: int) -> list[tuple]:
 
 
 def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
-    """`columns` of the table's rows that `filters` keeps ((column, op, value) with in, >= or <: on a
-    partition column they skip files, on another they keep rows), for a check of what a step has just
-    committed. A small read (by the log's record counts) goes through deltalake and reaches Spark as
-    Arrow: Spark's Delta reader would first build its snapshot of the version deltalake has just
-    committed, skip files by their statistics and plan the scan, which cost a warm run more than the
-    check's own jobs (benchmarks/comparisons.md). A larger read that names keys (`in` on a column
-    other than a partition's) is scanned in Arrow batch by batch, keeping the rows named, while they
-    stay few. Any other read, or one the log cannot count, is Spark's."""
+    """`columns` of the table's rows that `filters` keeps, as a Spark DataFrame: read_to_check's
+    rows, handed to Spark when deltalake read them."""
+    table, rows = _read(spark, uri, columns, filters)
+    return rows if isinstance(rows, DataFrame) else to_spark(spark, rows, _spark_schema(table, columns))
+
+
+def read_to_check(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> pa.Table | DataFrame:
+    """`columns` of the table's rows that `filters` keeps, as they were read: in Arrow when
+    deltalake read them (a check then looks at them with no Spark job: lib/transforms/violations),
+    else Spark's DataFrame."""
+    return _read(spark, uri, columns, filters)[1]
+
+
+def _read(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None) -> tuple[deltalake.DeltaTable, pa.Table | DataFrame]:
+    """What a check reads of a table a step has just committed ((column, op, value) filters with
+    in, >= or <: on a partition column they skip files, on another they keep rows). A small read
+    (by the log's record counts) goes through deltalake: Spark's Delta reader would first build
+    its snapshot of the version deltalake has just committed, skip files by their statistics and
+    plan the scan, which cost a warm run more than the check's own jobs (benchmarks/comparisons.md).
+    A larger read that names keys (`in` on a column other than a partition's) is scanned in Arrow
+    batch by batch, keeping the rows named, while they stay few. Any other read, or one the log
+    cannot count, is Spark's."""
     filters = filters or []
     unknown = sorted({op for _, op, _ in filters} - _SPARK_FILTERS.keys())
     if unknown:  # refused whichever path the read's size takes
@@ -62,16 +76,16 @@ def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters
         rows = _read_small(uri, table, read, filters, partitioned)
     elif any(op == "in" and column not in partitioned for column, op, _ in filters):
         rows = _named_rows(uri, table, read, filters, partitioned)
-    if rows is None:
-        rows = spark.read.format("delta").load(uri)  # the table is there: opened above
-        for column, op, value in filters:
-            if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
-                values = spark.createDataFrame([(v,) for v in _matching(value)], T.StructType([rows.schema[column]]))
-                rows = rows.join(F.broadcast(values), column, "left_semi")
-            else:
-                rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
-        return rows.select(*columns)
-    return to_spark(spark, rows.select(columns), _spark_schema(table, columns))
+    if rows is not None:
+        return table, rows.select(columns)
+    rows = spark.read.format("delta").load(uri)  # the table is there: opened above
+    for column, op, value in filters:
+        if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
+            values = spark.createDataFrame([(v,) for v in _matching(value)], T.StructType([rows.schema[column]]))
+            rows = rows.join(F.broadcast(values), column, "left_semi")
+        else:
+            rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))
+    return table, rows.select(*columns)
 
 
 def _read_small(uri: str, table: deltalake.DeltaTable, read: list[str], filters: list[tuple], partitioned: set) -> pa.Table:

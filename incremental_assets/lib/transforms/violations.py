@@ -1,30 +1,44 @@
-"""What the asset checks look for, as DataFrame → DataFrame functions: each returns the
-offending rows, so an empty result is a pass and the rows found are the evidence."""
+"""What the asset checks look for: each function returns the offending rows, so an empty result is
+a pass and the rows found are the evidence. Those a check may hand rows in Arrow (what deltalake
+read for it: read.read_to_check) look at them in Arrow, with no Spark job; a Spark DataFrame (a
+read too big for the driver) gets the same rule as Spark's query."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.transforms.sessions import ID_HASH, SESSION, days, duplicated_ids, id_hash
 
 
-def duplicated(rows: DataFrame, keys: list[str]) -> DataFrame:
-    """One row per key that more than one row holds, with how many (`count`)."""
+def duplicated(rows: DataFrame | pa.Table, keys: list[str]) -> DataFrame | pa.Table:
+    """One row per key that more than one row holds (a null key is one key), with how many (`count`)."""
+    if isinstance(rows, pa.Table):
+        counted = rows.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+        counted = counted.select(keys + ["count_all"]).rename_columns(keys + ["count"])
+        return counted.filter(pc.field("count") > 1)
     return rows.groupBy(*keys).count().where(F.col("count") > 1)
 
 
-def duplicated_event_ids(rows: DataFrame) -> DataFrame:
-    """`duplicated(rows, ["event_id"])` for millions of rows: counted on the ids' 64-bit hashes
-    first (`duplicated_ids`, as the batch's dedupe), then by id among the rows of a shared hash
-    alone. When all is well no hash is shared, and Spark skips that second scan."""
+def duplicated_event_ids(rows: DataFrame | pa.Table) -> DataFrame | pa.Table:
+    """`duplicated(rows, ["event_id"])` for millions of rows: in Spark, counted on the ids' 64-bit
+    hashes first (`duplicated_ids`, as the batch's dedupe), then by id among the rows of a shared
+    hash alone. When all is well no hash is shared, and Spark skips that second scan."""
+    if isinstance(rows, pa.Table):  # rows in the driver's hands already
+        return duplicated(rows, ["event_id"])
     shared = duplicated_ids(rows).select(ID_HASH)
     suspects = rows.withColumn(ID_HASH, id_hash()).join(F.broadcast(shared), ID_HASH, "left_semi").drop(ID_HASH)
     return duplicated(suspects, ["event_id"])
 
 
-def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFrame:
+def lifecycle_violations(lifecycle: DataFrame | pa.Table, max_session_days: int) -> DataFrame | pa.Table:
     """Sessions stored more than once, or whose bounds break start <= end <= start + max_session_days."""
+    if isinstance(lifecycle, pa.Table):
+        return _lifecycle_violations_in_arrow(lifecycle, max_session_days)
     start, end = F.col("start_tstamp"), F.col("end_tstamp")
     problem = (
         F.when(F.col("_rows") > 1, "stored more than once")
@@ -34,6 +48,25 @@ def lifecycle_violations(lifecycle: DataFrame, max_session_days: int) -> DataFra
     )
     counted = lifecycle.withColumn("_rows", F.count(F.lit(1)).over(Window.partitionBy(SESSION)))
     return counted.select(SESSION, "start_tstamp", "end_tstamp", problem.alias("problem")).where(F.col("problem").isNotNull())
+
+
+def _lifecycle_violations_in_arrow(lifecycle: pa.Table, max_session_days: int) -> pa.Table:
+    """lifecycle_violations in Arrow: each row's first broken rule, in the same order (a comparison
+    with a null breaks none, as in Spark's `when`)."""
+    start, end = lifecycle["start_tstamp"], lifecycle["end_tstamp"]
+    twice = duplicated(lifecycle.select([SESSION]), [SESSION])[SESSION].combine_chunks()
+    cap = pc.add(start, pa.scalar(timedelta(days=max_session_days)).cast(pa.duration(start.type.unit)))
+    rules = [
+        (pc.is_in(lifecycle[SESSION], value_set=twice), "stored more than once"),
+        (pc.or_(start.is_null(), end.is_null()), "missing start or end"),
+        (pc.greater(start, end), "start after end"),
+        (pc.greater(end, cap), "end beyond start + max_session_days"),
+    ]
+    problem = pa.nulls(lifecycle.num_rows, pa.string())
+    for broken, name in reversed(rules):
+        problem = pc.if_else(pc.fill_null(broken, False), name, problem)
+    found = lifecycle.select([SESSION, "start_tstamp", "end_tstamp"]).append_column("problem", problem)
+    return found.filter(pc.is_valid(found["problem"]))
 
 
 def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_session_days: int) -> DataFrame:

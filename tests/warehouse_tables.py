@@ -55,13 +55,15 @@ def read_alike_by_checks(spark, warehouse: str | Path) -> None:
 def found_alike_by_checks(spark, warehouse: str | Path) -> None:
     """What the checks look for in a small read's rows, found in Arrow as Spark finds it, on the
     warehouse's own rows with faults planted (sessions and event ids stored again, sessions' ends
-    pushed a year past their start); and the days' sums of events alike."""
+    pushed a year past their start, events of a session never stored or a year after theirs); the
+    days' sums of events alike; and the rows each commit of filtered_events inserted, read from
+    deltalake's change feed as from Spark's."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from incremental_assets.lib.checks import sums_by
     from incremental_assets.lib.delta.arrow import to_spark
-    from incremental_assets.lib.delta.read import read_just_written, read_to_check
+    from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check, read_just_written, read_to_check
     from incremental_assets.lib.transforms import violations as V
 
     def planted(table: str, columns: list[str], planting) -> tuple:
@@ -76,16 +78,30 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
         ends = pc.add(pushed["start_tstamp"], year)
         return pa.concat_tables([rows.slice(0, 3), pushed.set_column(pushed.schema.get_field_index("end_tstamp"), "end_tstamp", ends)])
 
-    cap = IncrementalSettings().max_session_days
-    lifecycle = planted("sessions_lifecycle_manifest", ["session_identifier", "start_tstamp", "end_tstamp"], later_ends)
+    def strays(rows: pa.Table) -> pa.Table:  # three events of a session never stored, three a year after theirs
+        year = pa.scalar(timedelta(days=365)).cast(pa.duration(rows.schema.field(ts).type.unit))
+        unknown = rows.slice(0, 3).set_column(1, SESSION, pa.array(["never-stored"] * min(3, rows.num_rows), pa.string()))
+        later = rows.slice(3, 3)
+        return pa.concat_tables([unknown, later.set_column(2, ts, pc.add(later[ts], year))])
+
+    settings = IncrementalSettings()
+    cap, ts, SESSION = settings.max_session_days, settings.session_timestamp, "session_identifier"
+    lifecycle = planted("sessions_lifecycle_manifest", [SESSION, "start_tstamp", "end_tstamp"], later_ends)
     ids = planted("filtered_events", ["event_id"], lambda rows: rows.slice(0, 2))
+    events = planted("filtered_events", ["event_id", SESSION, ts], strays)
     days = planted("daily_aggregates", ["event_date", "events"], lambda rows: rows.slice(0, 5))
     for in_arrow, in_spark in (
         (V.lifecycle_violations(lifecycle[0], cap), V.lifecycle_violations(lifecycle[1], cap)),
         (V.duplicated_event_ids(ids[0]), V.duplicated_event_ids(ids[1])),
+        (V.events_beyond_cap(events[0], lifecycle[0], ts, cap), V.events_beyond_cap(events[1], lifecycle[1], ts, cap)),
     ):
         assert found_rows(in_arrow) == found_rows(in_spark) != []
     assert sums_by(days[0], "event_date", "events") == sums_by(days[1], "event_date", "events")
+    # The rows each commit of filtered_events inserted, from deltalake's change feed as from Spark's.
+    uri, columns = f"{warehouse}/filtered_events", ["event_id", SESSION, ts]
+    for version in range(1, DeltaTable(uri).version() + 1):
+        in_arrow = inserted_to_check(spark, uri, version, columns, 1)
+        assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, version).select(*columns)), version
 
 
 def found_rows(offending) -> list[tuple]:

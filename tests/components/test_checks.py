@@ -7,6 +7,7 @@ from datetime import date, datetime, timedelta
 import pyarrow as pa
 import pytest
 from dagster import AssetCheckSeverity, AssetMaterialization, DagsterInstance, asset, build_op_context, materialize
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -102,7 +103,8 @@ def test_lifecycle_violations_find_each_broken_rule(spark, engine):
 def test_what_a_check_finds_in_arrow_is_what_spark_finds(spark, seed):
     """The violations and the sums of a check's rows in Arrow against Spark's, on generated rows:
     sessions held once, twice and under a null id; ends a microsecond either side of the cap and of
-    the start, or missing; ids and days repeated or null. Each rule is broken somewhere."""
+    the start, or missing; ids and days repeated or null; events of sessions held, unknown or
+    null, at times around their sessions' bounds or missing. Each rule is broken somewhere."""
     rng, base = random.Random(seed), datetime(2024, 3, 1)
     edges = [timedelta(days=3), timedelta(days=3, microseconds=1), timedelta(days=3, microseconds=-1), timedelta(0),
              timedelta(microseconds=-1)]
@@ -130,6 +132,16 @@ def test_what_a_check_finds_in_arrow_is_what_spark_finds(spark, seed):
     for key in ("event_date", "event_id"):
         assert sums_by(events.toArrow(), key, "events") == sums_by(events, key, "events")
 
+    def event(i: int) -> tuple:  # of a stored session (or none: unknown, null), at its start or cap to the microsecond, or anywhere
+        held, _, start, _ = rng.choice(sessions) if rng.random() < 0.8 else (rng.choice([None, "unknown"]), "u", None, None)
+        at = rng.choice([None, moment(), (start or base) + rng.choice([*edges, timedelta(days=-1)])])
+        return f"e{i}", held, at
+
+    inserted = frame(spark, "event_id string, session_identifier string, load_tstamp timestamp", [event(i) for i in range(600)])
+    beyond = [V.events_beyond_cap(rows, held, "load_tstamp", 3)
+              for rows, held in ((inserted, lifecycle), (inserted.toArrow(), lifecycle.toArrow()))]
+    assert found_rows(beyond[1]) == found_rows(beyond[0]) != []
+
 
 def test_a_failed_checks_examples_read_alike_from_either_engine(spark):
     """What a failed check shows of its rows: the same text whether they were found in Arrow or in Spark."""
@@ -141,16 +153,16 @@ def test_a_failed_checks_examples_read_alike_from_either_engine(spark):
     assert not shown[1].passed and shown[0].description == shown[1].description
 
 
-def test_events_beyond_cap_are_outside_their_session_span(spark):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_events_beyond_cap_are_outside_their_session_span(spark, engine):
     lifecycle = frame(spark, LIFECYCLE, [("S1", "u", _t("01 00:00"), _t("03 00:00"))])
     events = frame(spark, "event_id string, session_identifier string, load_tstamp timestamp", [
         ("start", "S1", _t("01 00:00")), ("at_cap", "S1", _t("04 00:00")),
         ("past_cap", "S1", _t("04 00:00:01")), ("before_start", "S1", _t("01 00:00") - timedelta(seconds=1)),
         ("orphan", "S9", _t("02 00:00")),
     ])
-    assert {r.event_id for r in V.events_beyond_cap(events, lifecycle, "load_tstamp", 3).collect()} == {
-        "past_cap", "before_start", "orphan"
-    }
+    beyond = V.events_beyond_cap(_handed(engine, events), _handed(engine, lifecycle), "load_tstamp", 3)
+    assert {row[0] for row in found_rows(beyond)} == {"past_cap", "before_start", "orphan"}
 
 
 def test_daily_mismatches_compare_each_day_both_ways():
@@ -391,6 +403,42 @@ def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_
     assert small[0].collect() == beyond[0].collect() == [("s2", datetime(2024, 3, 2, 0, 30))]
     assert sorted(small[1].collect()) == sorted(scanned.collect()) == sorted(beyond[1].collect()) == [
         ("s2", datetime(2024, 3, 2, 0, 30)), ("s3", datetime(2024, 3, 3, 12))]
+
+
+@pytest.mark.parametrize("engine", ["deltalake", "spark"])
+def test_the_rows_a_commit_inserted_read_alike_from_deltalakes_change_feed_and_sparks(spark, warehouse, monkeypatch, engine):
+    """inserted_to_check (deltalake's change feed, in Arrow) against Spark's (inserted_rows), for
+    each commit a step or another writer makes into a partitioned table with a change feed, written
+    by either engine: an insert-only MERGE of new ids, one of an id held already and a new one, a
+    foreign append of a copy, and a MERGE of ids all held; and a delete, which inserts nothing."""
+    from deltalake import DeltaTable
+
+    from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check
+    from incremental_assets.lib.environment import WRITE_ENGINE_ENV
+
+    if engine == "spark":
+        monkeypatch.setenv(WRITE_ENGINE_ENV, "spark")
+    uri, columns = f"{warehouse}/filtered_events", ["event_id", "session_identifier", "load_tstamp"]
+    schema = "event_id string, session_identifier string, load_tstamp timestamp, event_date date"
+    create_with_change_feed(spark, uri, spark.createDataFrame([], schema).schema, ["event_date"])
+    merge, by_deltalake = WriteMode.MERGE_INSERT, []
+    for mode, rows in (
+        (merge, [("e1", "S1", datetime(2024, 3, 1, 1), date(2024, 3, 1)), ("e2", None, datetime(2024, 3, 2, 0, 0, 0, 1), date(2024, 3, 2))]),
+        (merge, [("e2", "S1", datetime(2024, 3, 2, 5), date(2024, 3, 2)), ("e3", "S2", datetime(2024, 3, 3, 23, 59), date(2024, 3, 3))]),
+        (WriteMode.APPEND, [("e2", "S3", datetime(2024, 3, 1, 2), date(2024, 3, 1))]),
+        (merge, [("e1", "S1", datetime(2024, 3, 1, 1), date(2024, 3, 1))]),
+    ):
+        request = WriteRequest(uri, mode, ["event_id"] if mode == merge else [], ["event_date"], rows_at_most=len(rows))
+        written = write(spark, frame(spark, schema, rows), request)
+        in_arrow = inserted_to_check(spark, uri, written.version, columns, len(rows))
+        assert isinstance(in_arrow, pa.Table)
+        assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, written.version).select(*columns)), (mode, rows)
+        by_deltalake.append(DeltaTable(uri).history(1)[0].get("engineInfo", "").startswith("delta-rs"))
+    assert any(by_deltalake) == (engine == "deltalake"), by_deltalake  # a first MERGE into no rows is Spark's either way
+    DeltaTable(uri).delete("event_id = 'e3'")  # an erasure's delete: its change feed holds the row deleted, no insert
+    erased = DeltaTable(uri).version()
+    assert found_rows(inserted_to_check(spark, uri, erased, columns, 1)) == found_rows(inserted_rows(spark, uri, erased).select(*columns)) == []
+    assert isinstance(inserted_to_check(spark, uri, written.version, columns, None), DataFrame)  # not counted: Spark's
 
 
 def test_rows_read_in_arrow_reach_spark_whole_past_a_batch_of_none(spark):

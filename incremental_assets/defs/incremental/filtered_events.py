@@ -10,6 +10,8 @@ from dagster import (
     MetadataValue,
     Output,
 )
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -17,7 +19,7 @@ from incremental_assets.lib.assets import warehouse_check
 from incremental_assets.lib.catalog import FILTERED_EVENTS, INCREMENTAL_MANIFEST, LIFECYCLE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import partitions_added, stored_max
-from incremental_assets.lib.delta.read import inserted_rows, read_just_written, read_to_check
+from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check, read_just_written, read_to_check
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.incremental.asset import incremental_asset
@@ -115,15 +117,20 @@ def events_within_session_cap(
     if write is None:
         return nothing_written()
     session, ts, cap = spark.spark_session, settings.session_timestamp, settings.max_session_days
-    inserted = inserted_rows(session, write["dagster/uri"], write["delta_version"]).select("event_id", "session_identifier", ts)
-    earliest = inserted.agg(F.min(ts)).first()[0]
+    uri, version, columns = write["dagster/uri"], write["delta_version"], ["event_id", SESSION, ts]
+    inserted = inserted_to_check(session, uri, version, columns, write.get("rows_inserted"))
+    in_arrow = isinstance(inserted, pa.Table)
+    earliest = pc.min(inserted[ts]).as_py() if in_arrow else inserted.agg(F.min(ts)).first()[0]
     since = None if earliest is None else (earliest - timedelta(days=cap + 1)).date()
 
     def against(first_day: date | None) -> AssetCheckResult:
         sessions = [] if first_day is None else [("start_date", ">=", first_day)]
-        lifecycle = read_just_written(session, table_uri(LIFECYCLE), [SESSION, "start_tstamp"], sessions)
-        beyond = V.events_beyond_cap(inserted, lifecycle, ts, cap)
-        scope = f"rows inserted by version {write['delta_version']}, against the sessions started " + (
+        # Rows in Spark meet the sessions in Spark; rows in Arrow, the sessions as read (Spark's when many).
+        read = read_to_check if in_arrow else read_just_written
+        lifecycle = read(session, table_uri(LIFECYCLE), [SESSION, "start_tstamp"], sessions)
+        events = inserted if in_arrow == isinstance(lifecycle, pa.Table) else inserted_rows(session, uri, version).select(*columns)
+        beyond = V.events_beyond_cap(events, lifecycle, ts, cap)
+        scope = f"rows inserted by version {version}, against the sessions started " + (
             "on any day" if first_day is None else f"from {first_day} on")
         return from_offending_rows(beyond, "events outside their session's span", scope)
 

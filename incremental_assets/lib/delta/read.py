@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import deltalake
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyarrow.parquet import filters_to_expression
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -165,6 +166,18 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
         .option("startingVersion", version).option("endingVersion", last_version or version).load(uri)
     )
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def inserted_to_check(spark: SparkSession, uri: str, version: int, columns: list[str], rows: int | None) -> pa.Table | DataFrame:
+    """`columns` of the rows commit `version` inserted, as read_to_check hands rows: when they are
+    few (`rows`, the write's own count) deltalake reads its change feed and they stay in Arrow;
+    otherwise Spark's (inserted_rows)."""
+    if not is_small(rows):
+        return inserted_rows(spark, uri, version).select(*columns)
+    table = require_table(uri)
+    with reading(uri):
+        changes = _without_views(pa.table(table.load_cdf(starting_version=version, ending_version=version)))
+    return changes.filter(pc.field("_change_type") == "insert").select(columns)
 
 
 def count_by(spark: Callable[[], SparkSession], uri: str, column: str, window: Window,

@@ -69,9 +69,19 @@ def _lifecycle_violations_in_arrow(lifecycle: pa.Table, max_session_days: int) -
     return found.filter(pc.is_valid(found["problem"]))
 
 
-def events_beyond_cap(events: DataFrame, lifecycle: DataFrame, ts: str, max_session_days: int) -> DataFrame:
+def events_beyond_cap(
+    events: DataFrame | pa.Table, lifecycle: DataFrame | pa.Table, ts: str, max_session_days: int
+) -> DataFrame | pa.Table:
     """Events outside their session's span [start, start + max_session_days] on the cursor `ts`, or
-    of a session the lifecycle manifest does not hold."""
+    of a session the lifecycle manifest does not hold (both in Arrow, or both in Spark)."""
+    if isinstance(events, pa.Table):
+        sessions = lifecycle.select([SESSION, "start_tstamp"]).rename_columns([SESSION, "session_start"])
+        joined = events.select(["event_id", SESSION, ts]).join(sessions, SESSION, join_type="left outer", use_threads=False)
+        start = joined["session_start"]
+        at = joined[ts].cast(start.type)  # the cursor as an instant, as Spark compares it
+        cap = pc.add(start, pa.scalar(timedelta(days=max_session_days)).cast(pa.duration(start.type.unit)))
+        outside = pc.or_kleene(pc.or_kleene(start.is_null(), pc.less(at, start)), pc.greater(at, cap))
+        return joined.filter(outside).select(["event_id", SESSION, ts, "session_start"])
     sessions = lifecycle.select(SESSION, F.col("start_tstamp").alias("session_start"))
     start = F.col("session_start")
     outside = start.isNull() | (F.col(ts) < start) | (F.col(ts) > start + days(max_session_days))

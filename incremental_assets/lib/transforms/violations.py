@@ -55,7 +55,7 @@ def _lifecycle_violations_in_arrow(lifecycle: pa.Table, max_session_days: int) -
     with a null breaks none, as in Spark's `when`)."""
     start, end = lifecycle["start_tstamp"], lifecycle["end_tstamp"]
     twice = duplicated(lifecycle.select([SESSION]), [SESSION])[SESSION].combine_chunks()
-    cap = pc.add(start, pa.scalar(timedelta(days=max_session_days)).cast(pa.duration(start.type.unit)))
+    cap = _plus_days(start, max_session_days)
     rules = [
         (pc.is_in(lifecycle[SESSION], value_set=twice), "stored more than once"),
         (pc.or_(start.is_null(), end.is_null()), "missing start or end"),
@@ -69,6 +69,11 @@ def _lifecycle_violations_in_arrow(lifecycle: pa.Table, max_session_days: int) -
     return found.filter(pc.is_valid(found["problem"]))
 
 
+def _plus_days(instants: pa.ChunkedArray, n: int) -> pa.ChunkedArray:
+    """`instants` + `days(n)`, in Arrow: n whole days of the instants' own unit (the session is in UTC)."""
+    return pc.add(instants, pa.scalar(timedelta(days=n)).cast(pa.duration(instants.type.unit)))
+
+
 def events_beyond_cap(
     events: DataFrame | pa.Table, lifecycle: DataFrame | pa.Table, ts: str, max_session_days: int
 ) -> DataFrame | pa.Table:
@@ -79,7 +84,7 @@ def events_beyond_cap(
         joined = events.select(["event_id", SESSION, ts]).join(sessions, SESSION, join_type="left outer", use_threads=False)
         start = joined["session_start"]
         at = joined[ts].cast(start.type)  # the cursor as an instant, as Spark compares it
-        cap = pc.add(start, pa.scalar(timedelta(days=max_session_days)).cast(pa.duration(start.type.unit)))
+        cap = _plus_days(start, max_session_days)
         outside = pc.or_kleene(pc.or_kleene(start.is_null(), pc.less(at, start)), pc.greater(at, cap))
         return joined.filter(outside).select(["event_id", SESSION, ts, "session_start"])
     sessions = lifecycle.select(SESSION, F.col("start_tstamp").alias("session_start"))

@@ -27,7 +27,7 @@ from dagster._core.launcher.default_run_launcher import DefaultRunLauncher
 from incremental_assets.lib import environment
 from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.settings import default_config_file
-from incremental_assets.lib.state.hooks import process_exists, process_gone
+from incremental_assets.lib.processes import process_exists, process_gone
 
 ADDRESS_FILE = "worker.json"
 PACKAGE = Path(__file__).resolve().parents[1]

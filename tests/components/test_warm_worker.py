@@ -43,6 +43,16 @@ def worker(home, tmp_path):
     worker.server.server_close()
 
 
+def test_the_launcher_loads_nothing_heavier_than_dagster():
+    """Every process that launches a run imports the launcher before its first launch: with
+    pyspark, pandas and deltalake behind it, `dagster job launch` spent 0.4 s of each run's start
+    importing them."""
+    probe = ("import sys, incremental_assets.lib.worker; "
+             "print(sorted({name.split('.')[0] for name in sys.modules} & {'pyspark', 'pandas', 'deltalake', 'pyarrow', 'py4j'}))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_no_worker_serving_means_the_run_gets_a_process_of_its_own(home):
     assert hand_over("run-1", home) == (None, "no warm worker is serving")
 

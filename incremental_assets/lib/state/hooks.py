@@ -25,11 +25,12 @@ from dagster import (
 from dagster._core.definitions.decorators.hook_decorator import event_list_hook
 from dagster._core.definitions.events import HookExecutionResult
 
-from incremental_assets.lib.catalog import ATOMIC_EVENTS, DAILY_AGGREGATES, FROM_DAILY, PROCESS_TAG, WORKER_TAG
+from incremental_assets.lib.catalog import ATOMIC_EVENTS, DAILY_AGGREGATES, FROM_DAILY, WORKER_TAG
 from incremental_assets.lib.delta.log import table_version
 from incremental_assets.lib.environment import source_table_uri
 from incremental_assets.lib.errors import step_failure
 from incremental_assets.lib.metadata import markdown_table, materialization_metadata
+from incremental_assets.lib.processes import process_exists, process_gone
 from incremental_assets.lib.state.run_log import PROCESSED, Record
 from incremental_assets.lib.state.store import StateStore
 
@@ -57,19 +58,6 @@ def alive_in(instance: DagsterInstance) -> Callable[[Record], bool]:
     return alive
 
 
-def process_gone(run: DagsterRun) -> str | None:
-    """Why a run the instance calls started is over, when the process executing it on this machine
-    is gone (its tag is set as the run starts; a warm worker's, at hand-over); None while it lives,
-    or when it runs elsewhere."""
-    for tag, executor in ((PROCESS_TAG, "process"), (WORKER_TAG, "warm worker")):
-        if tag in run.tags:
-            host, pid = run.tags[tag].rsplit(":", 1)
-            if host == socket.gethostname() and not process_exists(int(pid)):
-                return f"the {executor} (pid {pid}) that executed the run is gone"
-            return None
-    return None
-
-
 def runs_in_flight(instance: DagsterInstance, **filters) -> list[DagsterRun]:
     """The runs the instance calls live, less those whose process is gone, which are failed here: a
     killed process never reports its run's end, and a run left started would hold back every sensor
@@ -83,16 +71,6 @@ def runs_in_flight(instance: DagsterInstance, **filters) -> list[DagsterRun]:
         else:
             instance.report_run_failed(run, f"Marked failed: {why} (killed, or the machine restarted).")
     return live
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        pass
-    return True
 
 
 @event_list_hook(required_resource_keys={"state"})

@@ -84,16 +84,28 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
         later = rows.slice(3, 3)
         return pa.concat_tables([unknown, later.set_column(2, ts, pc.add(later[ts], year))])
 
+    def misplaced_intervals(rows: pa.Table) -> pa.Table:  # rows stored again a day later, and a day earlier
+        starts = rows.schema.get_field_index("valid_from")
+
+        def moved(part: pa.Table, days: int) -> pa.Table:
+            day = pc.add(part["valid_from"].cast(pa.int32()), pa.scalar(days, pa.int32())).cast(pa.date32())
+            return part.set_column(starts, rows.schema.field(starts), day)
+
+        return pa.concat_tables([moved(rows.slice(0, 3), 1), moved(rows.slice(3, 3), -1)])
+
     settings = IncrementalSettings()
     cap, ts, SESSION = settings.max_session_days, settings.session_timestamp, "session_identifier"
     lifecycle = planted("sessions_lifecycle_manifest", [SESSION, "start_tstamp", "end_tstamp"], later_ends)
     ids = planted("filtered_events", ["event_id"], lambda rows: rows.slice(0, 2))
     events = planted("filtered_events", ["event_id", SESSION, ts], strays)
     days = planted("daily_aggregates", ["event_date", "events"], lambda rows: rows.slice(0, 5))
+    history_columns = [field.name for field in DeltaTable(f"{warehouse}/attributes_history").schema().fields]
+    history = planted("attributes_history", history_columns, misplaced_intervals)
     for in_arrow, in_spark in (
         (V.lifecycle_violations(lifecycle[0], cap), V.lifecycle_violations(lifecycle[1], cap)),
         (V.duplicated_event_ids(ids[0]), V.duplicated_event_ids(ids[1])),
         (V.events_beyond_cap(events[0], lifecycle[0], ts, cap), V.events_beyond_cap(events[1], lifecycle[1], ts, cap)),
+        (V.interval_violations(history[0], history_columns[3:]), V.interval_violations(history[1], history_columns[3:])),
     ):
         assert found_rows(in_arrow) == found_rows(in_spark) != []
     assert sums_by(days[0], "event_date", "events") == sums_by(days[1], "event_date", "events")

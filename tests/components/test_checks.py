@@ -165,6 +165,73 @@ def test_events_beyond_cap_are_outside_their_session_span(spark, engine):
     assert {row[0] for row in found_rows(beyond)} == {"past_cap", "before_start", "orphan"}
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_interval_violations_name_gaps_overlaps_open_rows_and_repeated_values(spark, engine):
+    # K1 is in shape. K2: a gap (01-02..01-03), then an open row followed by another. K3: a
+    # row with the values of the one before, and one that ends before it starts.
+    rows = spark.createDataFrame([
+        ("K1", date(2021, 1, 1), date(2021, 1, 2), 1), ("K1", date(2021, 1, 2), None, 2),
+        ("K2", date(2021, 1, 1), date(2021, 1, 2), 1), ("K2", date(2021, 1, 3), None, 2), ("K2", date(2021, 1, 4), None, 3),
+        ("K3", date(2021, 1, 1), date(2021, 1, 2), 1), ("K3", date(2021, 1, 2), date(2021, 1, 1), 1),
+    ], "attribute_key string, valid_from date, valid_to date, n int")
+    found = {(row[0], row[1].day) for row in found_rows(V.interval_violations(_handed(engine, rows), ["n"]))}
+    assert found == {("K2", 3), ("K2", 4), ("K3", 2)}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_interval_violations_hold_nulls_nans_and_lists_equal_as_spark_does(spark, engine):
+    """A value is repeated when both rows hold null, both NaN, or equal lists; a list in another
+    order, or a null beside a value, is a change. Rows of the null key follow each other as one
+    key; a row without valid_from comes first in its key and is followed by nothing."""
+    d = lambda day: date(2021, 1, day)  # noqa: E731
+    rows = spark.createDataFrame([
+        ("nulls", d(1), d(2), None, None, None), ("nulls", d(2), None, None, None, None),
+        ("nan", d(1), d(2), 1, float("nan"), ["a"]), ("nan", d(2), None, 1, float("nan"), ["a"]),
+        ("lists", d(1), d(2), 1, 0.5, ["a", "b"]), ("lists", d(2), d(3), 1, 0.5, ["b", "a"]),
+        ("lists", d(3), d(4), 1, 0.5, ["b", "a", None]), ("lists", d(4), None, 1, 0.5, ["b", "a", None]),
+        ("a null", d(1), d(2), 1, None, []), ("a null", d(2), None, None, None, []),
+        (None, d(1), d(2), 1, 0.5, []), (None, d(2), None, 1, 0.5, []),
+        ("no start", None, d(2), 1, 0.5, []), ("no start", d(2), d(1), 2, 0.5, []), ("no start", d(5), None, 3, 0.5, []),
+    ], "attribute_key string, valid_from date, valid_to date, n int, x double, apps array<string>")
+    found = {(row[0], row[1]) for row in found_rows(V.interval_violations(_handed(engine, rows), ["n", "x", "apps"]))}
+    assert found == {("nulls", d(2)), ("nan", d(2)), ("lists", d(4)), (None, d(2)), ("no start", d(2)), ("no start", d(5))}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_tiling_check_finds_in_arrow_what_spark_finds(spark, seed):
+    """interval_violations on generated histories: keys (one null) whose intervals tile, or have a
+    gap, an overlap, an open row before the last, an end before the start, no start, or the values
+    of the row before; values of every kind an attribute has (counts, doubles with NaN, strings,
+    lists), null or not."""
+    rng = random.Random(seed)
+    value = {
+        "n": lambda: rng.choice([None, 0, 1, 2]),
+        "x": lambda: rng.choice([None, float("nan"), 0.0, -0.0, 1.5]),
+        "page": lambda: rng.choice([None, "/a", "/b"]),
+        "apps": lambda: rng.choice([None, [], ["a"], ["a", "b"], ["b", "a"], [None]]),
+    }
+    rows = []
+    for key in [None, *(f"k{i}" for i in range(150))]:
+        day = date(2024, 1, 1) + timedelta(days=rng.randrange(30))
+        for _ in range(rng.randrange(1, 6)):
+            length = rng.choice([1, 2, 5])
+            end = day + timedelta(days=length + rng.choice([0, 0, 0, 1, -1, -length - 1]))
+            rows.append([key, None if rng.random() < 0.02 else day, end, *(make() for make in value.values())])
+            day = end if rng.random() < 0.9 else day + timedelta(days=length)
+        if rng.random() < 0.8:
+            rows[-1][2] = None  # the current row
+        if rng.random() < 0.1:
+            rows.append([key, day + timedelta(days=rng.randrange(1, 4)), None, *rows[-1][3:]])  # repeated values, open twice
+    history = spark.createDataFrame(
+        [tuple(row) for row in rows],
+        "attribute_key string, valid_from date, valid_to date, n int, x double, page string, apps array<string>")
+    starts = [(row[0], row[1]) for row in rows]
+    history = history.dropDuplicates(["attribute_key", "valid_from"]) if len(set(starts)) < len(starts) else history
+    in_spark = found_rows(V.interval_violations(history, list(value)))
+    assert found_rows(V.interval_violations(history.toArrow(), list(value))) == in_spark
+    assert 10 < len(in_spark) < history.count() / 2
+
+
 def test_daily_mismatches_compare_each_day_both_ways():
     # Day 1: 3 aggregated, 3 held (agrees); day 2: 5 vs 4; day 3: none aggregated, 1 held; day 4: 1 vs none.
     aggregated = {date(2021, 1, 1): 3, date(2021, 1, 2): 5, date(2021, 1, 4): 1}

@@ -710,18 +710,6 @@ def test_a_lookup_gives_the_values_of_the_day_before_each_example(spark, history
     ]
 
 
-def test_interval_violations_name_gaps_overlaps_open_rows_and_repeated_values(spark):
-    # K1 is in shape. K2: a gap (01-02..01-03), then an open row followed by another. K3: a
-    # row with the values of the one before, and one that ends before it starts.
-    rows = spark.createDataFrame([
-        ("K1", date(2021, 1, 1), date(2021, 1, 2), 1), ("K1", date(2021, 1, 2), None, 2),
-        ("K2", date(2021, 1, 1), date(2021, 1, 2), 1), ("K2", date(2021, 1, 3), None, 2), ("K2", date(2021, 1, 4), None, 3),
-        ("K3", date(2021, 1, 1), date(2021, 1, 2), 1), ("K3", date(2021, 1, 2), date(2021, 1, 1), 1),
-    ], "attribute_key string, valid_from date, valid_to date, n int")
-    found = {(r.attribute_key, r.valid_from.day) for r in V.interval_violations(rows, ["n"]).collect()}
-    assert found == {("K2", 3), ("K2", 4), ("K3", 2)}
-
-
 def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark):
     # 01-01: both late (one loaded on 01-03 after 48 h, one without a load time).
     # 01-02: one fresh, one loaded on 01-03 after 2 h: late 1, the day is still fresh.

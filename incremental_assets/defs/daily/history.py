@@ -16,7 +16,7 @@ from incremental_assets.defs.daily.changed_keys import of_keys, since_last_write
 from incremental_assets.lib.assets import spark_delta_asset
 from incremental_assets.lib.catalog import ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP
 from incremental_assets.lib.checks import from_offending_rows
-from incremental_assets.lib.delta.read import naming, read_just_written
+from incremental_assets.lib.delta.read import naming, read_just_written, read_to_check
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.settings import IncrementalSettings
@@ -79,9 +79,10 @@ def attributes_history(
     if count:
         names = [spec.name for spec in specs]
         columns = ["attribute_key", VALID_FROM, "valid_to", *names]
-        written = read_just_written(partials.sparkSession, uri, columns, named)
-        if not named:  # read whole: joined down to the recomputed keys
-            written = written.join(first_days.select("attribute_key"), "attribute_key")
+        if named:  # a small read is looked at in Arrow, with no Spark job
+            written = read_to_check(partials.sparkSession, uri, columns, named)
+        else:  # read whole: joined down to the recomputed keys
+            written = read_just_written(partials.sparkSession, uri, columns).join(first_days.select("attribute_key"), "attribute_key")
         yield from_offending_rows(
             V.interval_violations(written, names), "intervals that do not tile their key's days",
             f"the {keys} keys recomputed", check_name=TILED,

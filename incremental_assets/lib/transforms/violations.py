@@ -93,10 +93,12 @@ def events_beyond_cap(
     return events.join(sessions, SESSION, "left").where(outside).select("event_id", SESSION, ts, "session_start")
 
 
-def interval_violations(history: DataFrame, names: list[str]) -> DataFrame:
+def interval_violations(history: DataFrame | pa.Table, names: list[str]) -> DataFrame | pa.Table:
     """Rows of attributes_history out of shape: a key's intervals [valid_from, valid_to) must follow
     each other from its first without gap or overlap, only the last open (valid_to null), each
     with some value (of `names`) other than the one before's: a new row only where a value changes."""
+    if isinstance(history, pa.Table):
+        return _interval_violations_in_arrow(history, names)
     key_rows = Window.partitionBy("attribute_key").orderBy("valid_from")
     values = F.struct(*names)
     follows = F.lag("valid_from").over(key_rows).isNotNull()
@@ -107,3 +109,54 @@ def interval_violations(history: DataFrame, names: list[str]) -> DataFrame:
         | (follows & F.lag(values).over(key_rows).eqNullSafe(values))
     )
     return history.withColumn("_broken", broken).where("_broken").select("attribute_key", "valid_from", "valid_to")
+
+
+def _interval_violations_in_arrow(history: pa.Table, names: list[str]) -> pa.Table:
+    """interval_violations in Arrow: each key's rows in the order of Spark's window (valid_from,
+    nulls first; a null key is one key), each held against the row before and after it of the same
+    key, with SQL's three-valued logic (a row whose rule is null is not kept, as by Spark's where)."""
+    found = ["attribute_key", "valid_from", "valid_to"]
+    rows = history.sort_by([("attribute_key", "ascending"), ("valid_from", "ascending")], null_placement="at_start")
+    if rows.num_rows == 0:
+        return rows.select(found)
+    column = {name: rows[name].combine_chunks() for name in {*found, *names}}
+    first = pa.array([True] + [False] * (rows.num_rows - 1))
+    last = pa.array([False] * (rows.num_rows - 1) + [True])
+    same_as_before = pc.and_(pc.invert(first), _same(column["attribute_key"], _before(column["attribute_key"])))
+    same_as_after = pc.and_(pc.invert(last), _same(column["attribute_key"], _after(column["attribute_key"])))
+    valid_from, valid_to = column["valid_from"], column["valid_to"]
+    follows = pc.and_(same_as_before, _before(valid_from).is_valid())
+    values_repeat = follows
+    for name in names:
+        values_repeat = pc.and_(values_repeat, _same(column[name], _before(column[name])))
+    broken = [
+        pc.and_(follows, pc.invert(_same(_before(valid_to), valid_from))),
+        pc.and_kleene(valid_to.is_valid(), pc.less_equal(valid_to, valid_from)),
+        pc.and_(pc.and_(valid_to.is_null(), same_as_after), _after(valid_from).is_valid()),
+        values_repeat,
+    ]
+    any_broken = broken[0]
+    for rule in broken[1:]:
+        any_broken = pc.or_kleene(any_broken, rule)
+    return rows.select(found).filter(any_broken)
+
+
+def _before(values: pa.Array) -> pa.Array:
+    """Each row's value of the row before it (null for the first)."""
+    return pa.concat_arrays([pa.nulls(1, values.type), values[:-1]])
+
+
+def _after(values: pa.Array) -> pa.Array:
+    """Each row's value of the row after it (null for the last)."""
+    return pa.concat_arrays([values[1:], pa.nulls(1, values.type)])
+
+
+def _same(left: pa.Array, right: pa.Array) -> pa.Array:
+    """Spark's null-safe equality, row by row: two nulls are the same, as are two NaNs; lists (a
+    unique_list's values) are compared as Python values."""
+    if pa.types.is_nested(left.type):
+        return pa.array([a == b for a, b in zip(left.to_pylist(), right.to_pylist())], pa.bool_())
+    same = pc.or_(pc.and_(left.is_null(), right.is_null()), pc.fill_null(pc.equal(left, right), False))
+    if pa.types.is_floating(left.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(left), pc.is_nan(right)), False))
+    return same

@@ -337,9 +337,13 @@ def launched(figures: dict) -> list[str]:
             rows.append((f"the same with its daily run, {days} days of history, {how.replace('_', ' ')}",
                          f"{both:.2f} s (daily run {h['median_daily_seconds']:.2f} s)",
                          target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", both <= PROCESS_RUN_MAX_SECONDS) if how == "warm" else "—"))
+        if "first_pairs_with_daily_seconds" in h:
+            rows.append((f"the worker's first pairs after its start, {days} days of history",
+                         ", ".join(f"{seconds:.2f} s" for seconds in h["first_pairs_with_daily_seconds"]), "—"))
     return [
         ("Launched through the instance as a sensor tick or the UI launches it (`dagster job launch`), in a process "
-         "of its own and in the warm worker (`incremental-assets serve`, after its rehearsal), timed from the run's "
+         "of its own and in the warm worker (`incremental-assets serve`, after its rehearsal and its first pairs, "
+         "shown apart), timed from the run's "
          "creation to its end in the run records: the incremental job, then the daily run its days call for (what the "
          "daily sensor requests; the sensor's interval between the two is not counted):"),
         "",

@@ -32,3 +32,14 @@ def test_a_part_without_its_numbers_keeps_its_section_and_one_with_them_is_rende
     assert "42 files" in text and "maintenance figures" not in text  # its numbers are here: rendered again
     assert "stale figures" not in text  # the bench's own sections are always rendered afresh
     assert "## Attributes history" not in text  # neither numbers nor a section to keep
+
+
+def test_the_warm_workers_first_pairs_are_shown_apart_from_the_pairs_measured():
+    figures = {"60_days_warm": {"median_seconds": 6.5, "seconds": [6.4, 6.5, 6.9], "median_daily_seconds": 4.5,
+                                "median_with_daily_seconds": 11.0, "first_pairs_with_daily_seconds": [21.9, 11.9]}}
+    rows = [line for line in report.launched(figures) if line.startswith("| ")]
+    assert rows[1:] == [
+        "| one-hour run launched, 60 days of history, warm | 6.50 s (runs: 6.40, 6.50, 6.90) | 10 s or less ✓ |",
+        "| the same with its daily run, 60 days of history, warm | 11.00 s (daily run 4.50 s) | 10 s or less ✗ |",
+        "| the worker's first pairs after its start, 60 days of history | 21.90 s, 11.90 s | — |",
+    ]

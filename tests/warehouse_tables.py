@@ -4,6 +4,7 @@ events differently (batched against one-shot, interrupted against uninterrupted)
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -65,6 +66,7 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
     from incremental_assets.lib.delta.arrow import to_spark
     from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check, read_just_written, read_to_check
     from incremental_assets.lib.transforms import violations as V
+    from incremental_assets.lib.transforms.daily import day_arrivals
 
     def planted(table: str, columns: list[str], planting) -> tuple:
         rows = read_to_check(spark, f"{warehouse}/{table}", columns)
@@ -114,6 +116,13 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
     for version in range(1, DeltaTable(uri).version() + 1):
         in_arrow = inserted_to_check(spark, uri, version, columns, 1)
         assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, version).select(*columns)), version
+    # The days the daily manifest finds in the inserts since a commit, from either change feed.
+    latest, arriving = DeltaTable(uri).version(), ["event_date", "load_tstamp", "derived_tstamp"]
+    for first in sorted({1, max(1, latest - 2), latest}):
+        in_arrow = day_arrivals(inserted_to_check(spark, uri, first, arriving, 1, latest))
+        in_spark = day_arrivals(inserted_rows(spark, uri, first, latest).select(*arriving))
+        assert [replace(a, max_delay_hours=round(a.max_delay_hours, 9)) for a in in_arrow] == [
+            replace(a, max_delay_hours=round(a.max_delay_hours, 9)) for a in in_spark], first
 
 
 def found_rows(offending) -> list[tuple]:

@@ -480,6 +480,7 @@ def test_the_rows_a_commit_inserted_read_alike_from_deltalakes_change_feed_and_s
     foreign append of a copy, and a MERGE of ids all held; and a delete, which inserts nothing."""
     from deltalake import DeltaTable
 
+    from incremental_assets.lib.delta.log import rows_added
     from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check
     from incremental_assets.lib.environment import WRITE_ENGINE_ENV
 
@@ -506,6 +507,12 @@ def test_the_rows_a_commit_inserted_read_alike_from_deltalakes_change_feed_and_s
     erased = DeltaTable(uri).version()
     assert found_rows(inserted_to_check(spark, uri, erased, columns, 1)) == found_rows(inserted_rows(spark, uri, erased).select(*columns)) == []
     assert isinstance(inserted_to_check(spark, uri, written.version, columns, None), DataFrame)  # not counted: Spark's
+    # What the daily manifest reads: every commit's inserts since one it counted, bounded by the rows they added.
+    for first in range(1, erased + 1):
+        bound = rows_added(uri, first, erased)
+        in_arrow = inserted_to_check(spark, uri, first, columns, bound, erased)
+        assert isinstance(in_arrow, pa.Table) and bound >= in_arrow.num_rows, first
+        assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, first, erased).select(*columns)), first
 
 
 def test_rows_read_in_arrow_reach_spark_whole_past_a_batch_of_none(spark):

@@ -1,8 +1,10 @@
 """The session and daily transforms on a handful of hand-made rows, each expectation worked out by
-hand beside it. All times are UTC in January 2021: t("02 10:00") is 2021-01-02 10:00."""
+hand beside it, and a transform's Arrow path against Spark's on generated rows. All times are UTC in
+January 2021: t("02 10:00") is 2021-01-02 10:00."""
 
 from __future__ import annotations
 
+import random
 from datetime import date, datetime, timedelta
 
 import pytest
@@ -710,7 +712,8 @@ def test_a_lookup_gives_the_values_of_the_day_before_each_example(spark, history
     ]
 
 
-def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark):
+@pytest.mark.parametrize("engine", ["spark", "arrow"])
+def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark, engine):
     # 01-01: both late (one loaded on 01-03 after 48 h, one without a load time).
     # 01-02: one fresh, one loaded on 01-03 after 2 h: late 1, the day is still fresh.
     new_rows = frame(spark, "event_date date, derived_tstamp timestamp, load_tstamp timestamp", [
@@ -719,10 +722,33 @@ def test_day_arrivals_count_rows_late_rows_latest_load_and_longest_delay(spark):
         (date(2021, 1, 2), t("02 10:00"), t("02 10:30")),
         (date(2021, 1, 2), t("02 23:00"), t("03 01:00")),
     ])
-    assert day_arrivals(new_rows) == [
+    assert day_arrivals(new_rows if engine == "spark" else new_rows.toArrow()) == [
         DayArrivals(date(2021, 1, 1), 2, 2, t("03 08:00"), 48.0),
         DayArrivals(date(2021, 1, 2), 2, 1, t("03 01:00"), 2.0),
     ]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_day_arrivals_in_arrow_are_sparks(spark, seed):
+    """day_arrivals of rows in Arrow (a small insert, read from deltalake's change feed) against
+    Spark's, on generated rows: loads on the event day, days after or a microsecond past midnight,
+    before the event, or without a load time; events without a time."""
+    rng, base = random.Random(seed), datetime(2024, 3, 1)
+
+    def row() -> tuple:
+        day = base + timedelta(days=rng.randrange(4))
+        derived = None if rng.random() < 0.05 else day + timedelta(microseconds=rng.randrange(86_400_000_000))
+        after = rng.choice([timedelta(0), timedelta(minutes=30), timedelta(days=2, microseconds=7), timedelta(hours=-3),
+                            timedelta(microseconds=rng.randrange(3 * 86_400_000_000))])
+        loaded = None if rng.random() < 0.05 else (derived or day) + after
+        return day.date(), derived, loaded
+
+    new_rows = frame(spark, "event_date date, derived_tstamp timestamp, load_tstamp timestamp", [row() for _ in range(500)])
+    in_spark, in_arrow = day_arrivals(new_rows), day_arrivals(new_rows.toArrow())
+    assert [(a.day, a.rows, a.late_rows, a.max_load_tstamp) for a in in_arrow] == [
+        (a.day, a.rows, a.late_rows, a.max_load_tstamp) for a in in_spark]
+    assert [a.max_delay_hours for a in in_arrow] == pytest.approx([a.max_delay_hours for a in in_spark], rel=1e-12)
+    assert len(in_spark) == 4 and all(0 < a.late_rows < a.rows for a in in_spark)
 
 
 @pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/Los_Angeles"])

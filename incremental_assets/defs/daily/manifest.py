@@ -13,8 +13,8 @@ from dagster import (
 )
 
 from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
-from incremental_assets.lib.delta.log import UnreadableTableError, commit_gone, table_version
-from incremental_assets.lib.delta.read import inserted_rows
+from incremental_assets.lib.delta.log import UnreadableTableError, commit_gone, rows_added, table_version
+from incremental_assets.lib.delta.read import inserted_to_check
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.days import days_to_process, stranded, stranded_note
 from incremental_assets.lib.incremental.run_plan import RunPlan
@@ -23,7 +23,7 @@ from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.records import BEYOND_HORIZON, DEFERRED, TO_PROCESS, DayStatus
 from incremental_assets.lib.state.store import StateStore
-from incremental_assets.lib.transforms.daily import day_arrivals
+from incremental_assets.lib.transforms.daily import TIMESTAMP, day_arrivals
 
 
 def manifest_table(days: list[DayStatus]) -> MetadataValue:
@@ -64,7 +64,10 @@ def daily_aggregation_manifest(
             "log (Delta's log cleanup after delta.logRetentionDuration), so the days its rows changed cannot be read: "
             "a full refresh (incremental-assets refresh, with allow_refresh) rebuilds the warehouse from the source"
         )
-    arrivals = day_arrivals(inserted_rows(spark.spark_session, uri, first_unread, current))
+    # A few hours' inserts are read from deltalake's change feed and counted in Arrow, with no Spark job.
+    inserted = inserted_to_check(spark.spark_session, uri, first_unread, ["event_date", "load_tstamp", TIMESTAMP],
+                                 rows_added(uri, first_unread, current), current)
+    arrivals = day_arrivals(inserted)
     changed = days_to_process(
         arrivals, state.days(), plan.limits.upper, settings.start, settings.reprocess_days,
         settings.min_rows_to_process, context.run.run_id, asked=not plan.limits.moves_manifest,

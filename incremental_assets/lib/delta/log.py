@@ -457,6 +457,16 @@ def commit_gone(uri: str, version: int) -> bool:
     return _commit_files(uri, range(version, version + 1))[0] is None
 
 
+def rows_added(uri: str, first: int, last: int) -> int | None:
+    """The rows of the data files that commits `first`..`last` added as data changes: a bound on
+    the rows they inserted. None when a commit file is gone or a file's statistics do not count it."""
+    commits = _commit_actions(uri, range(first, last + 1))
+    if commits is None:
+        return None
+    counts = [added.rows for commit in map(_commit, commits) if commit.data_change for added in commit.added]
+    return None if None in counts else sum(counts)
+
+
 def partitions_changed(uri: str, since: int, column: str) -> set | None:
     """The values of partition `column` (as the log writes them: text) of the files that commits
     after version `since` added or removed, data changes only (a compaction moves rows: none);

@@ -168,15 +168,19 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def inserted_to_check(spark: SparkSession, uri: str, version: int, columns: list[str], rows: int | None) -> pa.Table | DataFrame:
-    """`columns` of the rows commit `version` inserted, as read_to_check hands rows: when they are
-    few (`rows`, the write's own count) deltalake reads its change feed and they stay in Arrow;
-    otherwise Spark's (inserted_rows)."""
+def inserted_to_check(
+    spark: SparkSession, uri: str, version: int, columns: list[str], rows: int | None, last_version: int | None = None
+) -> pa.Table | DataFrame:
+    """`columns` of the rows commits `version`..`last_version` (default: just `version`) inserted,
+    as read_to_check hands rows: when they are few (`rows`, at most: the write's own count, or
+    log.rows_added) deltalake reads its change feed and they stay in Arrow; otherwise Spark's
+    (inserted_rows)."""
+    last_version = last_version or version
     if not is_small(rows):
-        return inserted_rows(spark, uri, version).select(*columns)
+        return inserted_rows(spark, uri, version, last_version).select(*columns)
     table = require_table(uri)
     with reading(uri):
-        changes = _without_views(pa.table(table.load_cdf(starting_version=version, ending_version=version)))
+        changes = _without_views(pa.table(table.load_cdf(starting_version=version, ending_version=last_version)))
     return changes.filter(pc.field("_change_type") == "insert").select(columns)
 
 

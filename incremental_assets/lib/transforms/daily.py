@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from incremental_assets.lib.attributes import AttributeSpec, Condition
 from incremental_assets.lib.delta.spec import DELETED
-from incremental_assets.lib.incremental.days import DayArrivals, LoadGroup, arrivals_by_day
+from incremental_assets.lib.incremental.days import DayArrivals, LoadGroup, arrivals_by_day, arrivals_from_rows
 
 TIMESTAMP = "derived_tstamp"
 SECONDS_A_DAY = 86_400
@@ -255,11 +256,14 @@ def utc_day(moment: Column, kind: T.DataType) -> Column:
     return F.to_date(moment)
 
 
-def day_arrivals(new_rows: DataFrame) -> list[DayArrivals]:
+def day_arrivals(new_rows: DataFrame | pa.Table) -> list[DayArrivals]:
     """Per event day, the rows newly inserted into filtered_events: how many, how many late.
 
-    Spark only groups by (event day, load day), a result small enough to collect; the rule itself
-    is logic.days.arrivals_by_day, which the preview shares."""
+    Rows in Arrow (a small insert, read from deltalake's change feed) are counted as the preview
+    counts them (arrivals_from_rows). Spark only groups by (event day, load day), a result small
+    enough to collect; the rule itself is days.arrivals_by_day, which both share."""
+    if isinstance(new_rows, pa.Table):
+        return arrivals_from_rows(new_rows.to_pylist())
     delay_hours = (F.col("load_tstamp").cast("double") - F.col(TIMESTAMP).cast("double")) / 3600
     groups = (
         new_rows.groupBy("event_date", F.to_date("load_tstamp").alias("load_date"))

@@ -78,12 +78,21 @@ def arrivals_from_rows(rows: Iterable[Mapping]) -> list[DayArrivals]:
     loads: dict[tuple[date, date | None], list[tuple[datetime | None, float | None]]] = {}
     for row in rows:
         loaded, derived = naive(row["load_tstamp"]), naive(row["derived_tstamp"])
-        delay = (loaded - derived).total_seconds() / 3600 if loaded and derived else None
+        delay = (_epoch_seconds(loaded) - _epoch_seconds(derived)) / 3600 if loaded and derived else None
         loads.setdefault((row["event_date"], loaded.date() if loaded else None), []).append((loaded, delay))
     return arrivals_by_day(
         LoadGroup(event_date, load_date, len(group), _greatest(t for t, _ in group), _greatest(h for _, h in group))
         for (event_date, load_date), group in loads.items()
     )
+
+
+def _epoch_seconds(moment: datetime) -> float:
+    """A naive UTC instant as Spark casts a timestamp to double (its microseconds / 1e6): delays
+    computed from these match the daily manifest's in Spark to the last bit."""
+    return ((moment - _EPOCH) // timedelta(microseconds=1)) / 1e6
+
+
+_EPOCH = datetime(1970, 1, 1)
 
 
 def horizon(upper: datetime, reprocess_days: int) -> date:

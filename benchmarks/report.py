@@ -340,10 +340,11 @@ def launched(figures: dict) -> list[str]:
         if "first_pairs_with_daily_seconds" in h:
             rows.append((f"the worker's first pairs after its start, {days} days of history",
                          ", ".join(f"{seconds:.2f} s" for seconds in h["first_pairs_with_daily_seconds"]), "—"))
+    warmed = ("after its rehearsal and its first pairs, shown apart" if any("first_pairs_with_daily_seconds" in h for h in figures.values())
+              else "after its rehearsal")
     return [
         ("Launched through the instance as a sensor tick or the UI launches it (`dagster job launch`), in a process "
-         "of its own and in the warm worker (`incremental-assets serve`, after its rehearsal and its first pairs, "
-         "shown apart), timed from the run's "
+         f"of its own and in the warm worker (`incremental-assets serve`, {warmed}), timed from the run's "
          "creation to its end in the run records: the incremental job, then the daily run its days call for (what the "
          "daily sensor requests; the sensor's interval between the two is not counted):"),
         "",

@@ -86,13 +86,13 @@ def arrivals_from_rows(rows: Iterable[Mapping]) -> list[DayArrivals]:
     )
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
 def _epoch_seconds(moment: datetime) -> float:
     """A naive UTC instant as Spark casts a timestamp to double (its microseconds / 1e6): delays
     computed from these match the daily manifest's in Spark to the last bit."""
     return ((moment - _EPOCH) // timedelta(microseconds=1)) / 1e6
-
-
-_EPOCH = datetime(1970, 1, 1)
 
 
 def horizon(upper: datetime, reprocess_days: int) -> date:

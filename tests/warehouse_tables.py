@@ -63,7 +63,7 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
 
     from incremental_assets.lib.checks import sums_by
     from incremental_assets.lib.delta.arrow import to_spark
-    from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check, read_just_written, read_to_check
+    from incremental_assets.lib.delta.read import inserted_rows, inserted_as_read, read_just_written, read_to_check
     from incremental_assets.lib.transforms import violations as V
     from incremental_assets.lib.transforms.daily import day_arrivals
 
@@ -113,12 +113,12 @@ def found_alike_by_checks(spark, warehouse: str | Path) -> None:
     # The rows each commit of filtered_events inserted, from deltalake's change feed as from Spark's.
     uri, columns = f"{warehouse}/filtered_events", ["event_id", SESSION, ts]
     for version in range(1, DeltaTable(uri).version() + 1):
-        in_arrow = inserted_to_check(spark, uri, version, columns, 1)
+        in_arrow = inserted_as_read(spark, uri, version, columns, 1)
         assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, version).select(*columns)), version
     # The days the daily manifest finds in the inserts since a commit, from either change feed.
     latest, arriving = DeltaTable(uri).version(), ["event_date", "load_tstamp", "derived_tstamp"]
     for first in sorted({1, max(1, latest - 2), latest}):
-        in_arrow = day_arrivals(inserted_to_check(spark, uri, first, arriving, 1, latest))
+        in_arrow = day_arrivals(inserted_as_read(spark, uri, first, arriving, 1, latest))
         in_spark = day_arrivals(inserted_rows(spark, uri, first, latest).select(*arriving))
         assert in_arrow == in_spark, first
 

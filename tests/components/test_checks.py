@@ -474,14 +474,14 @@ def test_a_checks_read_is_deltalakes_when_small_sparks_beyond_and_the_same_rows_
 
 @pytest.mark.parametrize("engine", ["deltalake", "spark"])
 def test_the_rows_a_commit_inserted_read_alike_from_deltalakes_change_feed_and_sparks(spark, warehouse, monkeypatch, engine):
-    """inserted_to_check (deltalake's change feed, in Arrow) against Spark's (inserted_rows), for
+    """inserted_as_read (deltalake's change feed, in Arrow) against Spark's (inserted_rows), for
     each commit a step or another writer makes into a partitioned table with a change feed, written
     by either engine: an insert-only MERGE of new ids, one of an id held already and a new one, a
     foreign append of a copy, and a MERGE of ids all held; and a delete, which inserts nothing."""
     from deltalake import DeltaTable
 
     from incremental_assets.lib.delta.log import rows_added
-    from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check
+    from incremental_assets.lib.delta.read import inserted_rows, inserted_as_read
     from incremental_assets.lib.environment import WRITE_ENGINE_ENV
 
     if engine == "spark":
@@ -498,19 +498,19 @@ def test_the_rows_a_commit_inserted_read_alike_from_deltalakes_change_feed_and_s
     ):
         request = WriteRequest(uri, mode, ["event_id"] if mode == merge else [], ["event_date"], rows_at_most=len(rows))
         written = write(spark, frame(spark, schema, rows), request)
-        in_arrow = inserted_to_check(spark, uri, written.version, columns, len(rows))
+        in_arrow = inserted_as_read(spark, uri, written.version, columns, len(rows))
         assert isinstance(in_arrow, pa.Table)
         assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, written.version).select(*columns)), (mode, rows)
         by_deltalake.append(DeltaTable(uri).history(1)[0].get("engineInfo", "").startswith("delta-rs"))
     assert any(by_deltalake) == (engine == "deltalake"), by_deltalake  # a first MERGE into no rows is Spark's either way
     DeltaTable(uri).delete("event_id = 'e3'")  # an erasure's delete: its change feed holds the row deleted, no insert
     erased = DeltaTable(uri).version()
-    assert found_rows(inserted_to_check(spark, uri, erased, columns, 1)) == found_rows(inserted_rows(spark, uri, erased).select(*columns)) == []
-    assert isinstance(inserted_to_check(spark, uri, written.version, columns, None), DataFrame)  # not counted: Spark's
+    assert found_rows(inserted_as_read(spark, uri, erased, columns, 1)) == found_rows(inserted_rows(spark, uri, erased).select(*columns)) == []
+    assert isinstance(inserted_as_read(spark, uri, written.version, columns, None), DataFrame)  # not counted: Spark's
     # What the daily manifest reads: every commit's inserts since one it counted, bounded by the rows they added.
     for first in range(1, erased + 1):
         bound = rows_added(uri, first, erased)
-        in_arrow = inserted_to_check(spark, uri, first, columns, bound, erased)
+        in_arrow = inserted_as_read(spark, uri, first, columns, bound, erased)
         assert isinstance(in_arrow, pa.Table) and bound >= in_arrow.num_rows, first
         assert found_rows(in_arrow) == found_rows(inserted_rows(spark, uri, first, erased).select(*columns)), first
 

@@ -14,7 +14,7 @@ from dagster import (
 
 from incremental_assets.lib.catalog import DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS, NEW_EVENT_LIMITS
 from incremental_assets.lib.delta.log import UnreadableTableError, commit_gone, rows_added, table_version
-from incremental_assets.lib.delta.read import inserted_to_check
+from incremental_assets.lib.delta.read import inserted_as_read
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
 from incremental_assets.lib.incremental.days import days_to_process, stranded, stranded_note
 from incremental_assets.lib.incremental.run_plan import RunPlan
@@ -65,7 +65,7 @@ def daily_aggregation_manifest(
             "a full refresh (incremental-assets refresh, with allow_refresh) rebuilds the warehouse from the source"
         )
     # A few hours' inserts are read from deltalake's change feed and counted in Arrow, with no Spark job.
-    inserted = inserted_to_check(spark.spark_session, uri, first_unread, ["event_date", "load_tstamp", TIMESTAMP],
+    inserted = inserted_as_read(spark.spark_session, uri, first_unread, ["event_date", "load_tstamp", TIMESTAMP],
                                  rows_added(uri, first_unread, current), current)
     arrivals = day_arrivals(inserted)
     changed = days_to_process(

@@ -19,7 +19,7 @@ from incremental_assets.lib.assets import warehouse_check
 from incremental_assets.lib.catalog import FILTERED_EVENTS, INCREMENTAL_MANIFEST, LIFECYCLE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
 from incremental_assets.lib.delta.log import partitions_added, stored_max
-from incremental_assets.lib.delta.read import inserted_rows, inserted_to_check, read_just_written, read_to_check
+from incremental_assets.lib.delta.read import inserted_rows, inserted_as_read, read_just_written, read_to_check
 from incremental_assets.lib.delta.spec import Rows
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.incremental.asset import incremental_asset
@@ -118,7 +118,7 @@ def events_within_session_cap(
         return nothing_written()
     session, ts, cap = spark.spark_session, settings.session_timestamp, settings.max_session_days
     uri, version, columns = write["dagster/uri"], write["delta_version"], ["event_id", SESSION, ts]
-    inserted = inserted_to_check(session, uri, version, columns, write.get("rows_inserted"))
+    inserted = inserted_as_read(session, uri, version, columns, write.get("rows_inserted"))
     in_arrow = isinstance(inserted, pa.Table)
     earliest = pc.min(inserted[ts]).as_py() if in_arrow else inserted.agg(F.min(ts)).first()[0]
     since = None if earliest is None else (earliest - timedelta(days=cap + 1)).date()

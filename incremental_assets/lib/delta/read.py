@@ -168,7 +168,7 @@ def inserted_rows(spark: SparkSession, uri: str, version: int, last_version: int
     return changes.where(F.col("_change_type") == "insert").drop("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def inserted_to_check(
+def inserted_as_read(
     spark: SparkSession, uri: str, version: int, columns: list[str], rows: int | None, last_version: int | None = None
 ) -> pa.Table | DataFrame:
     """`columns` of the rows commits `version`..`last_version` (default: just `version`) inserted,

@@ -36,7 +36,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -56,6 +55,7 @@ from incremental_assets.lib.sample.generator import SampleParams  # noqa: E402
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state  # noqa: E402
 from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
 from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
+from incremental_assets.lib.timings import finished_jobs  # noqa: E402
 from measure import cold_spark_start_seconds, floor_write, loaded, users_for  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -151,31 +151,21 @@ class Bench:
 
 
 class SparkJobs:
-    """Spark's own record of the jobs it ran (the driver's status API), to say where a run's time went."""
+    """Spark's own record of the jobs it ran (the driver's status store), to say where a run's time went."""
 
     def __init__(self, spark):
-        context = spark.sparkContext
-        self.url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
-
-    def _jobs(self) -> list[dict]:
-        with urllib.request.urlopen(self.url) as response:
-            return json.load(response)
+        self.spark = spark
 
     def mark(self) -> int:
-        return max((job["jobId"] for job in self._jobs()), default=-1)
+        return max((job_id for job_id, _, _ in finished_jobs(self.spark)), default=-1)
 
     def since(self, mark: int) -> dict[str, float]:
         """Seconds of the jobs after `mark`, by where they were called (job name: action and line)."""
         spent: dict[str, float] = {}
-        for job in self._jobs():
-            if job["jobId"] > mark and job.get("completionTime"):
-                name = job["name"].replace(str(Path(__file__).resolve().parents[1]) + "/", "")
-                spent[name] = spent.get(name, 0.0) + _seconds(job["completionTime"]) - _seconds(job["submissionTime"])
+        for _, name, seconds in finished_jobs(self.spark, after=mark):
+            name = name.replace(str(Path(__file__).resolve().parents[1]) + "/", "")
+            spent[name] = spent.get(name, 0.0) + seconds
         return {name: round(seconds, 2) for name, seconds in sorted(spent.items(), key=lambda item: -item[1])}
-
-
-def _seconds(stamp: str) -> float:
-    return datetime.strptime(stamp.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
 
 
 def rounded(seconds: dict[str, float]) -> dict[str, float]:

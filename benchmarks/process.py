@@ -40,7 +40,6 @@ from pathlib import Path
 from measure import RESULTS, users_for
 
 from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
-from incremental_assets.lib.spark import SPARK_UI_ENV
 from incremental_assets.lib.incremental.days import daily_runs, days_window_tags
 from incremental_assets.lib.sample.stream import read_stream_state
 from incremental_assets.lib.state.store import StateStore
@@ -110,9 +109,8 @@ def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, f
     if code is not None:
         env = {**env, "PYTHONPATH": str(code)}
     started = time.perf_counter()
-    # The driver's UI on: the timings list Spark's jobs through its REST API (lib/timings.py).
-    done = subprocess.run([CLI, "run"], env={**env, "INCREMENTAL_ASSETS_TIMINGS": str(timings), SPARK_UI_ENV: "1"},
-                          capture_output=True, text=True)
+    # The driver's web UI stays off, as in a user's run: the timings read Spark's jobs from its status store.
+    done = subprocess.run([CLI, "run"], env={**env, "INCREMENTAL_ASSETS_TIMINGS": str(timings)}, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"run failed:\n{done.stdout}\n{done.stderr}")

@@ -51,33 +51,37 @@ def write() -> None:
         json.dump({"phases": phases, **_details}, out, indent=1)
 
 
-def spark_jobs(session) -> None:
-    """Seconds in Spark's jobs, all and by where they were called, from the driver's status API
-    (nothing when its UI is off, or from a Spark Connect client, whose driver is the server's)."""
-    import urllib.request
-    from datetime import datetime
+def finished_jobs(session, after: int = -1) -> list[tuple[int, str, float]]:
+    """(job id, name, seconds) of each job of the session's driver after job `after` that has
+    finished, from the driver's status store: the record behind its web UI, kept with the UI off
+    (a run's default), and read here in tens of milliseconds where the UI's REST API took most of a
+    second. A job's name is its description, when it has one (Delta's), then where it was called."""
+    jobs = session.sparkContext._jsc.sc().statusStore().jobsList(None)
+    finished = []
+    for index in range(jobs.size()):
+        job = jobs.apply(index)
+        submitted, completed, description = job.submissionTime(), job.completionTime(), job.description()
+        if job.jobId() > after and submitted.isDefined() and completed.isDefined():
+            name = f"{description.get() if description.isDefined() else ''} {job.name()}".strip()
+            finished.append((job.jobId(), name, (completed.get().getTime() - submitted.get().getTime()) / 1000))
+    return finished
 
+
+def spark_jobs(session) -> None:
+    """Seconds in Spark's jobs, all and by where they were called (nothing from a Spark Connect
+    client, whose driver is the server's)."""
     from pyspark.errors import PySparkAttributeError
 
     if not enabled():
         return
     try:
-        context = session.sparkContext
+        session.sparkContext
     except PySparkAttributeError:  # a Spark Connect session: its jobs run in the server
         return
-    if not context.uiWebUrl:
-        return
-    with urllib.request.urlopen(f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs") as response:
-        jobs = json.load(response)
-
-    def seconds(stamp: str) -> float:
-        return datetime.strptime(stamp.removesuffix("GMT"), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
-
+    jobs = finished_jobs(session)
     by_site: dict[str, float] = {}
-    for job in jobs:
-        if job.get("completionTime"):
-            name = f"{job.get('description') or ''} {job['name']}".strip()
-            by_site[name] = by_site.get(name, 0.0) + seconds(job["completionTime"]) - seconds(job["submissionTime"])
+    for _, name, seconds in jobs:
+        by_site[name] = by_site.get(name, 0.0) + seconds
     detail("spark_jobs", len(jobs))
     detail("spark_jobs_seconds", round(sum(by_site.values()), 2))
     # Delta's own jobs: a table's snapshot rebuilt from its log, and the files a query may read.

@@ -307,6 +307,11 @@ def build_spark_session(
     else:
         master = master or os.environ.get("SPARK_MASTER", "local[*]")
         builder = builder.master(master)
+        if master.startswith("local"):
+            # Spark runs its Python workers (a DataFrame made from Python rows) with PYSPARK_PYTHON,
+            # else whatever `python3` the PATH finds: another interpreter, of another minor version
+            # or without pyspark, failed every run's first Spark step. Locally they are this one.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         for key, value in {**driver_conf(small=small), **listening_conf(master)}.items():
             builder = builder.config(key, value)
     sql_conf = dict(SQL_CONF)

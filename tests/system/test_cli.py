@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from datetime import date, timedelta
 
 import pytest
 from deltalake import DeltaTable
@@ -132,3 +133,26 @@ def test_a_postgresql_instance_that_refuses_the_command_is_named_at_once(tmp_pat
     assert (f"The Dagster instance's PostgreSQL at 127.0.0.1:{postgres['DAGSTER_PG_PORT']} (database "
             f"{postgres['DAGSTER_PG_DB']}, user nobody) refused this process") in refused.stderr, refused.stderr
     assert 'role "nobody" does not exist' in refused.stderr and "Check the DAGSTER_PG_* variables" in refused.stderr
+
+
+def test_a_runs_python_workers_are_this_interpreter_whatever_python3_the_path_finds(tmp_path):
+    """Finding: Spark started its Python workers (a DataFrame made from Python rows: every run's
+    first Spark step) with the `python3` the PATH found. Another interpreter (another minor version,
+    one without pyspark) failed every run there."""
+    other = tmp_path / "bin" / "python3"
+    other.parent.mkdir()
+    other.write_text("#!/bin/sh\necho 'not the interpreter the project runs in' >&2\nexit 3\n")
+    other.chmod(0o755)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "settings.yaml").write_text(f"start_date: '{date.today() - timedelta(days=3)}'\n")
+    env = {name: value for name, value in os.environ.items() if name != "PYSPARK_PYTHON"}
+    env.update(PATH=f"{other.parent}{os.pathsep}{env['PATH']}", INCREMENTAL_ASSETS_WAREHOUSE=str(tmp_path / "warehouse"),
+               INCREMENTAL_ASSETS_CONFIG=str(tmp_path / "settings.yaml"), DAGSTER_HOME=str(tmp_path / "home"))
+    env.pop("SPARK_MASTER", None)
+    command = [sys.executable, "-m", "incremental_assets"]
+    generated = subprocess.run([*command, "generate", "--users", "20", "--days", "2", "--events-per-day", "200"],
+                               capture_output=True, text=True, timeout=600, env=env)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    ran = subprocess.run([*command, "run"], capture_output=True, text=True, timeout=600, env=env)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert DeltaTable(str(tmp_path / "warehouse" / "filtered_events")).to_pyarrow_table().num_rows > 0

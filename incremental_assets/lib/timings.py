@@ -54,8 +54,8 @@ def write() -> None:
 def finished_jobs(session, after: int = -1) -> list[tuple[int, str, float]]:
     """(job id, name, seconds) of each job of the session's driver after job `after` that has
     finished, from the driver's status store: the record behind its web UI, kept with the UI off
-    (a run's default), and read here in tens of milliseconds where the UI's REST API took most of a
-    second. A job's name is its description, when it has one (Delta's), then where it was called."""
+    (a run's default), and cheaper to read than the UI's REST API (benchmarks/comparisons.md). A
+    job's name is its description, when it has one (Delta's), then where it was called."""
     jobs = session.sparkContext._jsc.sc().statusStore().jobsList(None)
     finished = []
     for index in range(jobs.size()):

@@ -55,7 +55,7 @@ from incremental_assets.lib.sample.generator import SampleParams  # noqa: E402
 from incremental_assets.lib.sample.stream import append_hours, generate_stream, read_stream_state  # noqa: E402
 from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
 from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
-from incremental_assets.lib.timings import finished_jobs  # noqa: E402
+from incremental_assets.lib.timings import finished_jobs, seconds_by_name  # noqa: E402
 from measure import cold_spark_start_seconds, floor_write, loaded, users_for  # noqa: E402
 from report import write_report  # noqa: E402
 
@@ -161,11 +161,8 @@ class SparkJobs:
 
     def since(self, mark: int) -> dict[str, float]:
         """Seconds of the jobs after `mark`, by where they were called (job name: action and line)."""
-        spent: dict[str, float] = {}
-        for _, name, seconds in finished_jobs(self.spark, after=mark):
-            name = name.replace(str(Path(__file__).resolve().parents[1]) + "/", "")
-            spent[name] = spent.get(name, 0.0) + seconds
-        return {name: round(seconds, 2) for name, seconds in sorted(spent.items(), key=lambda item: -item[1])}
+        root = str(Path(__file__).resolve().parents[1]) + "/"
+        return {name.replace(root, ""): round(seconds, 2) for name, seconds in seconds_by_name(finished_jobs(self.spark, after=mark)).items()}
 
 
 def rounded(seconds: dict[str, float]) -> dict[str, float]:

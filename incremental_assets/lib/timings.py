@@ -67,6 +67,14 @@ def finished_jobs(session, after: int = -1) -> list[tuple[int, str, float]]:
     return finished
 
 
+def seconds_by_name(jobs: list[tuple[int, str, float]]) -> dict[str, float]:
+    """finished_jobs' seconds summed by the jobs' names (where they were called), largest first."""
+    spent: dict[str, float] = {}
+    for _, name, seconds in jobs:
+        spent[name] = spent.get(name, 0.0) + seconds
+    return dict(sorted(spent.items(), key=lambda item: -item[1]))
+
+
 def spark_jobs(session) -> None:
     """Seconds in Spark's jobs, all and by where they were called (nothing from a Spark Connect
     client, whose driver is the server's)."""
@@ -79,11 +87,9 @@ def spark_jobs(session) -> None:
     except PySparkAttributeError:  # a Spark Connect session: its jobs run in the server
         return
     jobs = finished_jobs(session)
-    by_site: dict[str, float] = {}
-    for _, name, seconds in jobs:
-        by_site[name] = by_site.get(name, 0.0) + seconds
+    by_site = seconds_by_name(jobs)
     detail("spark_jobs", len(jobs))
     detail("spark_jobs_seconds", round(sum(by_site.values()), 2))
     # Delta's own jobs: a table's snapshot rebuilt from its log, and the files a query may read.
     detail("delta_log_jobs_seconds", round(sum(v for k, v in by_site.items() if k.startswith("Delta:")), 2))
-    detail("spark_jobs_by_call_site", {k: round(v, 2) for k, v in sorted(by_site.items(), key=lambda kv: -kv[1])})
+    detail("spark_jobs_by_call_site", {k: round(v, 2) for k, v in by_site.items()})

@@ -59,6 +59,24 @@ def spark() -> SparkSession:
     session.stop()
 
 
+@pytest.fixture
+def python_workers_refused(spark, tmp_path):
+    """While the test runs, a Python worker the session starts is an interpreter that only records
+    it was started and exits (Spark keys its workers by interpreter: the process's own are not
+    reused). A run makes its frames from Arrow and needs none (lib/delta/arrow.py)."""
+    started = tmp_path / "python-worker-started"
+    refusing = tmp_path / "python-refusing"
+    refusing.write_text(f"#!/bin/sh\necho \"$@\" >> '{started}'\nexit 3\n")
+    refusing.chmod(0o755)
+    context = spark.sparkContext
+    interpreter, context.pythonExec = context.pythonExec, str(refusing)
+    try:
+        yield started
+    finally:
+        context.pythonExec = interpreter
+    assert not started.exists(), "the test's Spark work started a Python worker"
+
+
 @pytest.fixture(scope="session")
 def spark_resource(spark) -> SparkResource:
     """A resource that hands Dagster runs the test session (getOrCreate returns it)."""

@@ -257,11 +257,12 @@ def test_the_command_prints_one_keys_values_as_of_a_day(built, capsys):
 
 
 @pytest.mark.parametrize("read", ["small", "big"])
-def test_the_tiling_check_reads_every_interval_of_the_keys_a_run_recomputed(spark, built, tmp_path, monkeypatch, read):
+def test_the_tiling_check_reads_every_interval_of_the_keys_a_run_recomputed(spark, built, tmp_path, monkeypatch, read, python_workers_refused):
     """A gap stored before the day a run recomputes a key from is found: the check reads all the
     intervals of the keys it recomputed (by name, not the whole history). The same gap in a key
     the run did not recompute is not that run's to report. Found in Arrow when deltalake reads
-    those intervals, and by Spark when the read is too big for it."""
+    those intervals, and by Spark when the read is too big for it. The run's keys changed and the
+    keys read by name start no Python worker."""
     if read == "big":
         monkeypatch.setattr(delta_read, "is_small", lambda rows: False)
     warehouse, source, instance, last = copied(built, tmp_path)

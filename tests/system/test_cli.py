@@ -135,24 +135,48 @@ def test_a_postgresql_instance_that_refuses_the_command_is_named_at_once(tmp_pat
     assert 'role "nobody" does not exist' in refused.stderr and "Check the DAGSTER_PG_* variables" in refused.stderr
 
 
-def test_a_runs_python_workers_are_this_interpreter_whatever_python3_the_path_finds(tmp_path):
-    """Finding: Spark started its Python workers (a DataFrame made from Python rows: every run's
-    first Spark step) with the `python3` the PATH found. Another interpreter (another minor version,
-    one without pyspark) failed every run there."""
-    other = tmp_path / "bin" / "python3"
-    other.parent.mkdir()
-    other.write_text("#!/bin/sh\necho 'not the interpreter the project runs in' >&2\nexit 3\n")
-    other.chmod(0o755)
+def interpreter_that_exits(path, records=None):
+    """An executable `python3` that is not the project's interpreter: it exits with an error, after
+    writing its arguments to `records` when given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = f"echo \"$@\" >> '{records}'\n" if records else ""
+    path.write_text(f"#!/bin/sh\n{record}echo 'not the interpreter the project runs in' >&2\nexit 3\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_runs_start_no_python_worker(tmp_path):
+    """Finding: every run's first Spark step made a DataFrame from Python rows, which Spark evaluates
+    in a Python worker it starts beside the JVM (about 0.6 s of a cold run, benchmarks/comparisons.md).
+    A run's frames are made from Arrow: with Spark's workers an interpreter that exits, a first run
+    (empty manifests, tables created) passes and started none. A later run's changed keys are
+    held the same way in the session (tests/pipeline/test_attributes_history.py)."""
+    started = tmp_path / "python-worker-started"
+    refusing = interpreter_that_exits(tmp_path / "bin" / "python3", records=started)
     (tmp_path / "home").mkdir()
     (tmp_path / "settings.yaml").write_text(f"start_date: '{date.today() - timedelta(days=3)}'\n")
-    env = {name: value for name, value in os.environ.items() if name != "PYSPARK_PYTHON"}
-    env.update(PATH=f"{other.parent}{os.pathsep}{env['PATH']}", INCREMENTAL_ASSETS_WAREHOUSE=str(tmp_path / "warehouse"),
-               INCREMENTAL_ASSETS_CONFIG=str(tmp_path / "settings.yaml"), DAGSTER_HOME=str(tmp_path / "home"))
+    env = {**os.environ, "INCREMENTAL_ASSETS_WAREHOUSE": str(tmp_path / "warehouse"),
+           "INCREMENTAL_ASSETS_CONFIG": str(tmp_path / "settings.yaml"), "DAGSTER_HOME": str(tmp_path / "home")}
     env.pop("SPARK_MASTER", None)
     command = [sys.executable, "-m", "incremental_assets"]
     generated = subprocess.run([*command, "generate", "--users", "20", "--days", "2", "--events-per-day", "200"],
                                capture_output=True, text=True, timeout=600, env=env)
     assert generated.returncode == 0, generated.stderr[-3000:]
-    ran = subprocess.run([*command, "run"], capture_output=True, text=True, timeout=600, env=env)
+    ran = subprocess.run([*command, "run"], capture_output=True, text=True, timeout=600, env={**env, "PYSPARK_PYTHON": str(refusing)})
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert not started.exists(), started.read_text()
     assert DeltaTable(str(tmp_path / "warehouse" / "filtered_events")).to_pyarrow_table().num_rows > 0
+
+
+def test_a_sessions_python_workers_are_this_interpreter_whatever_python3_the_path_finds(tmp_path):
+    """Finding: Spark started its Python workers with the `python3` the PATH found. Another
+    interpreter (another minor version, one without pyspark) failed every run there (its first
+    step made a frame from Python rows); a user's asset with a Python function still needs them."""
+    other = interpreter_that_exits(tmp_path / "bin" / "python3")
+    env = {name: value for name, value in os.environ.items() if name not in ("PYSPARK_PYTHON", "SPARK_MASTER")}
+    env["PATH"] = f"{other.parent}{os.pathsep}{env['PATH']}"
+    script = ("from incremental_assets.lib.spark import build_spark_session\n"
+              "spark = build_spark_session(master='local[1]')\n"
+              "print(spark.createDataFrame([(1,), (2,)], 'n int').selectExpr('sum(n)').first()[0])\n")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert ran.returncode == 0 and ran.stdout.split()[-1] == "3", ran.stdout[-3000:] + ran.stderr[-3000:]

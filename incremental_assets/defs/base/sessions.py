@@ -15,9 +15,11 @@ from dagster import (
 )
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType, StructField, StructType, TimestampType
 
 from incremental_assets.lib.catalog import BASE_GROUP, EVENTS_THIS_RUN, LIFECYCLE, NEW_EVENT_LIMITS, QUARANTINE
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written
+from incremental_assets.lib.delta.arrow import no_rows
 from incremental_assets.lib.delta.log import stored_table, table_exists
 from incremental_assets.lib.delta.read import naming, read_just_written, read_table, read_to_check
 from incremental_assets.lib.delta.spec import MERGE_FLOOR, Rows, Stored, delta_table
@@ -34,9 +36,15 @@ from incremental_assets.lib.upkeep.erasure import tombstones
 from incremental_assets.lib.transforms import violations as V
 from incremental_assets.lib.transforms import sessions as T
 
-LIFECYCLE_SCHEMA = "session_identifier string, user_identifier string, start_tstamp timestamp, end_tstamp timestamp, start_date date"
-LIFECYCLE_COLUMNS = [column.split()[0] for column in LIFECYCLE_SCHEMA.split(", ")]
-QUARANTINE_SCHEMA = "session_identifier string, quarantined_at timestamp, cap_tstamp timestamp"
+LIFECYCLE_SCHEMA = StructType([
+    StructField("session_identifier", StringType()), StructField("user_identifier", StringType()),
+    StructField("start_tstamp", TimestampType()), StructField("end_tstamp", TimestampType()), StructField("start_date", DateType()),
+])
+LIFECYCLE_COLUMNS = LIFECYCLE_SCHEMA.fieldNames()
+QUARANTINE_SCHEMA = StructType([
+    StructField("session_identifier", StringType()), StructField("quarantined_at", TimestampType()),
+    StructField("cap_tstamp", TimestampType()),
+])
 # The batch's dedupe. Up to this many sessions (about a million events here) every row is ranked
 # in one shuffle; finding the duplicated ids first costs a job more than it saves (benchmarks/).
 SESSIONS_RANKED_WHOLE = 30_000
@@ -49,13 +57,13 @@ BROADCAST_DUPLICATED_IDS = 1_000_000
 BROADCAST_SESSIONS = 500_000
 
 
-def read_or_empty(spark, uri: str, schema: str) -> DataFrame:
+def read_or_empty(spark, uri: str, schema: StructType) -> DataFrame:
     """A table's stored rows as they are now (state from earlier runs, pinned to this version, so
     that a write later in the step does not change them), or none before its first write."""
     table = stored_table(uri)
     if table is not None:
         return spark.read.format("delta").option("versionAsOf", table.version()).load(uri)
-    return spark.createDataFrame([], schema)
+    return no_rows(spark, schema)
 
 
 def stored_sessions(spark, floor: date, named: list[tuple]) -> DataFrame:

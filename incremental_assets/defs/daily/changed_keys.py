@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.attributes import AttributeSpec
+from incremental_assets.lib.delta.arrow import from_rows
 from incremental_assets.lib.delta.compare import differing_keys
 from incremental_assets.lib.delta.log import latest_marker, partitions_changed, row_count, rows_as_of, stored_table
 from incremental_assets.lib.delta.read import read_just_written, read_table
@@ -95,7 +96,7 @@ def keys_to_recompute(
     if changed is None:
         return _every_key(daily, stored_keys)
     spark = daily.sparkSession
-    keys = spark.createDataFrame(changed, daily.select("attribute_key", "event_date").schema) if changed else None
+    keys = from_rows(spark, changed, daily.select("attribute_key", "event_date").schema) if changed else None
     for moved in (_aging(daily, specs, before.through, now.through), _entering(daily, before.through, now.through)):
         if moved is not None:
             keys = moved if keys is None else keys.unionByName(moved)

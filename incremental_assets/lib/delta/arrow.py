@@ -9,6 +9,10 @@ deltalake's arrow-rs reads the missing first offset from that area (-189,153,672
 pattern) and panics as soon as it copies the array: a partitioned write or a MERGE of such rows
 fails with "range start index 18446744073520397944 out of range for slice of length 0".
 docs/upstream/deltalake-empty-offsets.py reproduces it without Spark.
+
+Rows a step makes in Python go to Spark as Arrow too: a DataFrame made from Python rows (even none)
+is evaluated in a Python worker, a process Spark starts beside the JVM, which a run needs for
+nothing else (its first start cost a cold run about 0.6 s: benchmarks/comparisons.md).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 _OFFSET_BYTES = {
     pa.types.is_string: 4, pa.types.is_binary: 4, pa.types.is_list: 4, pa.types.is_map: 4,
@@ -33,9 +38,22 @@ def to_spark(spark: SparkSession, rows: pa.Table, schema: T.StructType) -> DataF
     the first one of no rows and silently drops the others: a table filtered in Arrow has such
     batches, so they are left out."""
     if not rows.num_rows:  # pyspark cannot take a timestamp column of no chunk from Arrow
-        return spark.createDataFrame([], schema)
+        return no_rows(spark, schema)
     batches = [batch for batch in rows.to_batches() if batch.num_rows]
     return spark.createDataFrame(pa.Table.from_batches(batches, rows.schema), schema=schema)
+
+
+def from_rows(spark: SparkSession, rows: list[tuple], schema: T.StructType) -> DataFrame:
+    """`rows` (tuples in `schema`'s order) as a Spark DataFrame of `schema`, made from Arrow. A naive
+    datetime is UTC, as everywhere in the project (lib/utc.py)."""
+    arrow = to_arrow_schema(schema)
+    columns = list(zip(*rows)) if rows else [() for _ in schema]
+    return to_spark(spark, pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, arrow)], schema=arrow), schema)
+
+
+def no_rows(spark: SparkSession, schema: T.StructType) -> DataFrame:
+    """No rows of `schema`, made from Arrow."""
+    return spark.createDataFrame(to_arrow_schema(schema).empty_table(), schema=schema)
 
 
 def whole_offsets(rows: pa.Table) -> pa.Table:

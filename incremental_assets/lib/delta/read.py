@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.arrow import to_spark
+from incremental_assets.lib.delta.arrow import from_rows, to_spark
 from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, dataset_of, reading, scan, split_filters, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
@@ -82,7 +82,7 @@ def _read(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple
     rows = spark.read.format("delta").load(uri)  # the table is there: opened above
     for column, op, value in filters:
         if op == "in" and column not in partitioned:  # thousands of literals took Spark seconds to plan; a join does not
-            values = spark.createDataFrame([(v,) for v in _matching(value)], T.StructType([rows.schema[column]]))
+            values = from_rows(spark, [(v,) for v in _matching(value)], T.StructType([rows.schema[column]]))
             rows = rows.join(F.broadcast(values), column, "left_semi")
         else:
             rows = rows.where(_SPARK_FILTERS[op](F.col(column), value))

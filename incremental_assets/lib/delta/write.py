@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.arrow import collect, whole_offsets
+from incremental_assets.lib.delta.arrow import collect, no_rows, whole_offsets
 from incremental_assets.lib.delta.log import (
     NOTE_PROPERTY, data_files, filesystem_of, rows_deleted_by, stored_schema, stored_table, table_exists,
 )
@@ -398,7 +398,7 @@ def create_with_change_feed(
     MERGE inserted can be read back exactly by version."""
     if table_exists(uri):
         return  # cheaper than Delta's own existence check, which runs on every write
-    writer = spark.createDataFrame([], schema).write.format("delta").mode("ignore")  # "ignore": a table there wins
+    writer = no_rows(spark, schema).write.format("delta").mode("ignore")  # "ignore": a table there wins
     writer.options(**{**(properties or {}), "delta.enableChangeDataFeed": "true"}).partitionBy(*partition_by).save(uri)
 
 

@@ -2,7 +2,8 @@
 (../shared/repro/daily-write-panic/, beside the checkout): its README's command succeeds ten
 times, each on a new copy, and every table then equals the one a run leaves with every write
 through Spark (INCREMENTAL_ASSETS_WRITE_ENGINE=spark), and reads the same through the checks'
-small path as through Spark's Delta reader."""
+small path as through Spark's Delta reader. Its tables' rows, as Python values, make the same
+frames from Arrow (lib/delta/arrow.from_rows) as Spark makes of them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.lib.delta.arrow import from_rows
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
 from tests.warehouse_tables import found_alike_by_checks, read_alike_by_checks
 
@@ -64,3 +66,16 @@ def test_the_crashing_export_runs_ten_times_and_leaves_what_spark_alone_leaves(s
     found_alike_by_checks(spark, tmp_path / "spark" / "wh")
     for attempt in range(TRIES):
         assert run_on_a_copy(tmp_path / f"try-{attempt}", None) == by_spark, f"try {attempt + 1}"
+
+
+@pytest.mark.skipif(not REPRO.is_dir(), reason=f"{REPRO} is not beside this checkout")
+def test_the_exports_tables_as_python_rows_make_the_frames_spark_makes_of_them(spark):
+    """Wide rows, JSON contexts, 2020 times, null device times: real values, not the generator's."""
+    tables = [p for p in sorted((REPRO / "warehouse").iterdir()) if (p / "_delta_log").is_dir()]
+    for table in tables:
+        stored = spark.read.format("delta").load(str(table))
+        rows = [tuple(row) for row in stored.collect()]
+        made, expected = from_rows(spark, rows, stored.schema), spark.createDataFrame(rows, stored.schema)
+        assert made.schema == expected.schema == stored.schema, table.name
+        as_tuples = lambda frame: sorted(repr(tuple(row)) for row in frame.collect())  # noqa: E731
+        assert as_tuples(made) == as_tuples(expected) == sorted(map(repr, rows)), table.name

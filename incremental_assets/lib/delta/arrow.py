@@ -12,7 +12,7 @@ docs/upstream/deltalake-empty-offsets.py reproduces it without Spark.
 
 Rows a step makes in Python go to Spark as Arrow too: a DataFrame made from Python rows (even none)
 is evaluated in a Python worker, a process Spark starts beside the JVM, which a run needs for
-nothing else (its first start cost a cold run about 0.6 s: benchmarks/comparisons.md).
+nothing else (its cost: benchmarks/comparisons.md).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def from_rows(spark: SparkSession, rows: list[tuple], schema: T.StructType) -> D
     """`rows` (tuples in `schema`'s order) as a Spark DataFrame of `schema`, made from Arrow. A naive
     datetime is UTC, as everywhere in the project (lib/utc.py)."""
     arrow = to_arrow_schema(schema)
-    columns = list(zip(*rows)) if rows else [() for _ in schema]
-    return to_spark(spark, pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(columns, arrow)], schema=arrow), schema)
+    columns = list(zip(*rows)) or [()] * len(arrow)
+    return to_spark(spark, pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, arrow)], schema=arrow), schema)
 
 
 def no_rows(spark: SparkSession, schema: T.StructType) -> DataFrame:

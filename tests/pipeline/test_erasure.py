@@ -151,12 +151,14 @@ EVENT_TABLES = ("filtered_events", "sessions_lifecycle_manifest", "quarantined_s
 
 @dataclass(frozen=True)
 class Rebuilt:
-    """The warehouse built without the person: its tables and daily manifest as built, then once
-    every late event a day held pending has been applied (`settle`)."""
+    """The warehouse built without the person: its tables, daily manifest and the limits its days
+    were recomputed through as built, then its tables and counts once every late event a day held
+    pending has been applied (`settle`)."""
 
     warehouse: Path
     tables: dict
     counted: dict
+    through: dict
     settled_tables: dict
     settled_counted: dict
 
@@ -191,15 +193,14 @@ def rebuilt(built) -> Rebuilt:
     shutil.copytree(built_without, settled)
     settled_counted = settle(settled / "warehouse", settled / "source", settled / "home")
     return Rebuilt(built_without / "warehouse", comparable_tables(built_without / "warehouse"), days_counted(built_without / "warehouse"),
-                   comparable_tables(settled / "warehouse"), settled_counted)
+                   applied_through(built_without / "warehouse"), comparable_tables(settled / "warehouse"), settled_counted)
 
 
 def applied_through(warehouse) -> dict:
     """Per day, the upper limit of the last incremental run that succeeded before the day was last
     recomputed: the day holds pending the late rows loaded after it."""
-    log = DeltaTable(f"{warehouse}/run_log").to_pyarrow_table(columns=["recorded_at", "run_id", "asset", "partition", "status", "upper_limit"])
     windows, upper, through = {}, None, {}
-    for row in sorted(log.to_pylist(), key=lambda row: row["recorded_at"]):
+    for row in StateStore(warehouse_root=str(warehouse)).run_log():
         if row["asset"] == FILTERED_EVENTS and row["status"] == PROCESSING:
             windows[row["run_id"]] = row["upper_limit"]
         elif row["asset"] == FILTERED_EVENTS and row["status"] == PROCESSED:
@@ -224,11 +225,11 @@ def assert_as_if_never_there(warehouse, source, home, person: str, rebuilt: Rebu
     assert person not in repr(tables)
     assert {t: tables[t] for t in EVENT_TABLES} == {t: rebuilt.tables[t] for t in EVENT_TABLES}
     assert set(counted) == set(rebuilt.counted)
-    through, through_there = applied_through(warehouse), applied_through(rebuilt.warehouse)
+    through = applied_through(warehouse)
     for day, (processed, pending, *late) in counted.items():
         processed_there, pending_there, *late_there = rebuilt.counted[day]
         assert (processed + pending, late) == (processed_there + pending_there, late_there), day
-        ended, ended_there = through.get(day), through_there.get(day)
+        ended, ended_there = through.get(day), rebuilt.through.get(day)
         if ended == ended_there:
             assert pending == pending_there, (day, ended)
         elif ended_there is None or (ended is not None and ended > ended_there):

@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from dagster import DagsterInstance
 from pyspark.sql import functions as F
@@ -53,11 +54,13 @@ def append_events(spark, source: str) -> None:
     raise AssertionError("twelve hours of the stream without a new event")
 
 
-def wait_for(what, condition, seconds: float):
+def wait_for(what, condition, seconds: float, told: Callable[[], str] = lambda: ""):
+    """`condition`'s first truthy value within `seconds`; else fails with `what`, and what `told` says
+    then (the runs, the logs: a wait that ran out on another machine leaves nothing else to read)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(5)
-    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+    raise AssertionError(f"not within {seconds:.0f} s: {what}\n{told()}")

@@ -129,9 +129,13 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
         return SkipReason(f"Run {active[0].run_id} is still processing; the next check will pick up version {version}")
     state = StateStore()
     plans = read_rows(state.uri(NEW_EVENT_LIMITS))
-    behind = waiting_behind_cursor(plans, state.run_log)
-    if behind:
-        return keyhole_request(behind[0])
+    passed_over = []
+    for rows in waiting_behind_cursor(plans, state.run_log):
+        keyhole = keyhole_request(context.instance, rows)
+        if isinstance(keyhole, RunRequest):
+            return keyhole
+        if keyhole not in passed_over:
+            passed_over.append(keyhole)
     if version > seen_version(context, plans, source.metadata().id):
         context.update_cursor(str(version))
         return RunRequest(run_key=f"source-version-{version}")
@@ -144,7 +148,8 @@ def source_events_sensor(context: SensorEvaluationContext, settings: Incremental
     due = ahead_of_the_clock(plans, settings, source)
     if isinstance(due, RunRequest):
         return due
-    return SkipReason(f"Source unchanged since version {version}, and the last run was caught up{due}")
+    return SkipReason(f"Source unchanged since version {version}, and the last run was caught up{due}"
+                      + "".join(f"; {note}" for note in passed_over))
 
 
 def ahead_of_the_clock(plans: list[dict] | None, settings: IncrementalSettings, source) -> RunRequest | str:
@@ -172,15 +177,21 @@ def seen_version(context: SensorEvaluationContext, plans: list[dict] | None, tab
     return max(int(context.cursor) if context.cursor else -1, assessed.version if assessed else -1)
 
 
-def keyhole_request(rows: Stranded) -> RunRequest:
-    """A keyhole run over the range of source rows behind the cursor (the manifest does not move);
-    requested once per range: a failed one is for an operator to look at."""
+def keyhole_request(instance: DagsterInstance, rows: Stranded) -> RunRequest | str:
+    """A keyhole run over the range of source rows behind the cursor (the manifest does not move),
+    requested once per range; one that fails or is canceled is requested once more, as a standard
+    run's window is. When that one ends so too, the range is an operator's: the note says so, and
+    the sensor goes on to new loads rather than requesting the range again on every tick."""
     config = {"lower": rows.start.isoformat(), "upper": rows.end.isoformat()}
-    return RunRequest(
-        run_key=f"keyhole-{rows.run_id}-{config['lower']}-{config['upper']}",
-        run_config={"ops": {NEW_EVENT_LIMITS: {"config": config}}},
-        tags={KEYHOLE_TAG: f"{config['lower']}..{config['upper']}"},
-    )
+    tags = {KEYHOLE_TAG: f"{config['lower']}..{config['upper']}"}
+    ended = [run for run in instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, tags=tags))
+             if run.status in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)]
+    if len(ended) >= 2:
+        return (f"keyhole runs {ended[1].run_id} and its retry {ended[0].run_id} ended without success over the "
+                f"source rows behind the cursor from {rows.start} to {rows.end}: look at them in the UI, then `{rows.command}`")
+    key = f"retry-of-{ended[0].run_id}" if ended else f"keyhole-{rows.run_id}-{config['lower']}-{config['upper']}"
+    retry = {RETRY_TAG: ended[0].run_id} if ended else {}
+    return RunRequest(run_key=key, run_config={"ops": {NEW_EVENT_LIMITS: {"config": config}}}, tags={**tags, **retry})
 
 
 def retry_of_the_last_run(instance: DagsterInstance) -> RunRequest | SkipReason | None:

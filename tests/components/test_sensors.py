@@ -232,6 +232,52 @@ def test_rows_behind_the_cursor_get_a_keyhole_run_requested_once_until_one_cover
     assert isinstance(done, SkipReason), done
 
 
+def test_a_keyhole_run_that_failed_is_requested_once_more_then_named_and_new_loads_go_on(spark, warehouse):
+    """Finding: a keyhole run that failed left its range stranded, and the sensor requested the same
+    run key on every tick, which Dagster skips as already requested: no retry of the killed run's
+    window and no new load was ever requested again."""
+    from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
+
+    from incremental_assets.defs.automation import source_events_sensor
+    from incremental_assets.lib.catalog import KEYHOLE_TAG, RETRY_TAG
+    from incremental_assets.lib.environment import source_table_uri
+    from incremental_assets.lib.incremental.limits import RunLimits, RunState
+    from incremental_assets.lib.source.arrivals import Arrival, Arrivals
+
+    spark.range(3).write.format("delta").save(source_table_uri())
+    lower, upper = datetime(2024, 2, 1, 8), datetime(2024, 2, 3, 9)
+    assessed_by("standard", RunLimits(RunState.STANDARD, datetime(2024, 3, 1), datetime(2024, 3, 2), datetime(2024, 3, 2)),
+                Arrivals({Arrival.BEHIND: 4}, lower, upper))
+    instance = DagsterInstance.ephemeral()
+
+    def tick():
+        return source_events_sensor(build_sensor_context(instance=instance, cursor="0", resources=SETTINGS))
+
+    def failed(run_id: str, request: RunRequest) -> None:
+        """The requested run, ended Failed after its plan counted the rows of its window."""
+        instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id=run_id, status=DagsterRunStatus.FAILURE, tags=request.tags))
+        assessed_by(run_id, RunLimits(RunState.KEYHOLE, lower, upper, datetime(2024, 3, 2)), Arrivals({Arrival.IN_KEYHOLE: 4}, lower, upper))
+
+    first = tick()
+    assert isinstance(first, RunRequest) and first.run_key == "keyhole-standard-2024-02-01T08:00:00-2024-02-03T09:00:00"
+    assert first.tags == {KEYHOLE_TAG: "2024-02-01T08:00:00..2024-02-03T09:00:00"}
+    failed("keyhole", first)
+    again = tick()
+    assert isinstance(again, RunRequest) and again.run_key == "retry-of-keyhole"
+    assert again.tags == {**first.tags, RETRY_TAG: "keyhole"} and again.run_config == first.run_config
+    failed("keyhole-retry", again)
+
+    # The range is an operator's now: the skip names both runs and the command; a new load gets its run.
+    given_up = tick()
+    assert isinstance(given_up, SkipReason), given_up
+    assert "keyhole runs keyhole and its retry keyhole-retry ended without success" in given_up.skip_message
+    assert "incremental-assets run --lower 2024-02-01T08:00:00 --upper 2024-02-03T09:00:00" in given_up.skip_message
+    assert given_up.skip_message.count("keyhole runs") == 1  # two runs counted the range: named once
+    spark.range(2).write.format("delta").mode("append").save(source_table_uri())
+    new_load = tick()
+    assert isinstance(new_load, RunRequest) and new_load.run_key == "source-version-1"
+
+
 def test_attributes_follow_a_backfill_that_lands_between_the_same_two_ticks_as_a_daily_run():
     """Finding (a warm worker made runs quick enough): a daily run that wrote both tables, then a
     backfill's run that wrote daily_aggregates alone, between two ticks; the automation condition

@@ -123,12 +123,16 @@ def not_yet_stored(spark, source: str) -> set[str]:
 
 
 def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
-    """What a failed assertion about the daemon's runs needs: each run, where it executed, and the worker's last lines."""
+    """What a failed assertion about the daemon's runs needs: each run, where it executed and how a
+    failed one ended, the source sensor's last ticks, and the worker's last lines."""
     lines = []
     for run in reversed(instance.get_runs(limit=12)):
-        where = run.tags.get(WORKER_TAG) or next((log.message for log in instance.all_logs(run.run_id)
-                                                  if "in its own process" in (log.message or "")), "?")
-        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {sorted(run.tags)}: {where}")
+        logs = instance.all_logs(run.run_id)
+        where = run.tags.get(WORKER_TAG) or next((log.message for log in logs if "in its own process" in (log.message or "")), "?")
+        why = next((log.message for log in logs if log.dagster_event and log.dagster_event.is_failure), "")
+        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {sorted(run.tags)}: {where} {why[:500]}")
+    lines += [f"tick {tick.status.value}: {tick.skip_reason or tick.run_keys or tick.error}"
+              for tick in ticks(instance, "source_events_sensor")[:6]]
     return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]
 
 
@@ -156,8 +160,11 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
             stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
         )
+        def told() -> str:
+            return runs_told(instance, tmp_path)
+
         try:
-            wait_for("two ticks of the source sensor", lambda: len(ticks(instance, "source_events_sensor")) >= 2, 240)
+            wait_for("two ticks of the source sensor", lambda: len(ticks(instance, "source_events_sensor")) >= 2, 240, told)
             assert len(writers(instance)) == runs_before, "nothing launched over a caught-up warehouse"
 
             # Another writer appends two hours of the stream, and rows whose cursor lies behind the manifest.
@@ -173,27 +180,27 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 ended = keyholes and all(r.end_time for r in keyholes)
                 return ended and stored.count() > 0 and latest and latest.timestamp > max(r.end_time for r in keyholes)
 
-            wait_for("the keyhole run and attributes after it", attributes_caught_up, 900)
-            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600)
+            wait_for("the keyhole run and attributes after it", attributes_caught_up, 900, told)
+            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600, told)
 
             # The worker killed outright (kill -9) in the daemon's run of a new load, in a Spark step
             # (its JVM paused first, so the run cannot end before the kill). Restarted, as a
             # supervisor would. With no new load, the killed run's window is run again.
             last = next(run for run in instance.get_runs() if run.tags.get(WORKER_TAG))
-            wait_for("the worker to be done with its last run", lambda: f"run {last.run_id}" in (tmp_path / "worker.log").read_text(), 60)
+            wait_for("the worker to be done with its last run", lambda: f"run {last.run_id}" in (tmp_path / "worker.log").read_text(), 60, told)
             jvm = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
             dropped = not_yet_stored(spark, source)  # rows the filters drop (no event id, ...)
             for pid in jvm:
                 os.kill(pid, signal.SIGSTOP)
             append_events(spark, source)
             loaded = stored_table(source).version()
-            killed = wait_for("the daemon's run in a Spark step in the worker", lambda: in_a_spark_step(instance), 300)
+            killed = wait_for("the daemon's run in a Spark step in the worker", lambda: in_a_spark_step(instance), 300, told)
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(60)
             worker = start_worker(tmp_path)
-            assert not_yet_stored(spark, source) > dropped, f"the new load was stored before the kill: {jvm}\n{runs_told(instance, tmp_path)}"
+            assert not_yet_stored(spark, source) > dropped, f"the new load was stored before the kill: {jvm}\n{told()}"
             wait_for("the killed run's window run again", lambda: any(
-                run.status == DagsterRunStatus.SUCCESS for run in instance.get_runs(RunsFilter(tags={RETRY_TAG: killed}))), 900)
+                run.status == DagsterRunStatus.SUCCESS for run in instance.get_runs(RunsFilter(tags={RETRY_TAG: killed}))), 900, told)
             assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
             assert not_yet_stored(spark, source) == dropped and stored_table(source).version() == loaded
 
@@ -208,12 +215,12 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             loaded = stored_table(source).version()
             wait_for("a tick naming rows ahead of the clock", lambda: any(
                 "stamped ahead of the clock come due from" in (tick.skip_reason or "")
-                for tick in ticks(instance, "source_events_sensor")), 300)
+                for tick in ticks(instance, "source_events_sensor")), 300, told)
             assert not_yet_stored(spark, source) == dropped, "rows whose time has not come are not due"
             wait_for("a run for the rows ahead of the clock once due", lambda: any(
-                run.status == DagsterRunStatus.SUCCESS for run in keyed(instance, "due-after-")), 600)
+                run.status == DagsterRunStatus.SUCCESS for run in keyed(instance, "due-after-")), 600, told)
             assert not_yet_stored(spark, source) == dropped and stored_table(source).version() == loaded
-            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600)
+            wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600, told)
 
             # A partition backfill of two days, as the UI's Launch backfill makes it: the backfill daemon runs it.
             days = [PARAMS.start_date + timedelta(days=n) for n in range(2)]
@@ -231,7 +238,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
                 return done and not instance.get_runs(RunsFilter(statuses=list(LIVE)))
 
             # The daemon's process group holds the runs it launched: it is stopped once they have ended.
-            wait_for("the backfill's run, then attributes", attributes_after_the_backfill, 900)
+            wait_for("the backfill's run, then attributes", attributes_after_the_backfill, 900, told)
         finally:
             for process in (daemon, worker):
                 os.killpg(process.pid, signal.SIGTERM)

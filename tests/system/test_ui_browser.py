@@ -270,7 +270,15 @@ def test_ui_end_to_end(request, tmp_path, monkeypatch):
         except BaseException:
             page.screenshot(path=SCREENSHOTS / "failure.png")
             print(f"make ui log (last lines):\n{_run_tail(prepared['log'])}")
+            print(f"the page at {page.url} (a CI log keeps no screenshot):\n{_page_text(page)}")
             raise
+
+
+def _page_text(page) -> str:
+    try:
+        return page.inner_text("body", timeout=5_000)[:3000]
+    except Exception as error:  # the page itself may be what broke
+        return f"(not readable: {error})"
 
 
 def _shot(page, name: str) -> None:

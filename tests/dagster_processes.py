@@ -14,7 +14,7 @@ from dagster import DagsterInstance
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.environment import PROJECT_ROOT
-from incremental_assets.lib.sample.stream import append_hours
+from incremental_assets.lib.sample.stream import append_hours, next_batch
 
 BIN = Path(sys.executable).parent
 
@@ -41,15 +41,14 @@ def ticks(instance: DagsterInstance, name: str) -> list:
 
 
 def append_events(spark, source: str) -> None:
-    """The stream's next hours, up to the first that holds an event the source did not hold: a night
-    hour may hold none, or only a duplicate of an earlier event, and a run over it stores nothing new."""
-    def events():
-        return spark.read.format("delta").load(source).where(F.col("event_id").isNotNull()).select("event_id").distinct().count()
-
-    before = events()
-    for _ in range(12):
-        append_hours(spark, source, 1)
-        if events() > before:
+    """The stream's next hours, up to the first that holds an event the source did not hold (a night
+    hour may hold none, or only a duplicate of an earlier event, and a run over it stores nothing
+    new), in one commit: a sensor that ticked between two commits would see two loads."""
+    stored = spark.read.format("delta").load(source).select("event_id")
+    for hours in range(1, 13):
+        frame, _ = next_batch(spark, source, hours)
+        if frame.where(F.col("event_id").isNotNull()).select("event_id").join(stored, "event_id", "left_anti").limit(1).count():
+            append_hours(spark, source, hours)
             return
     raise AssertionError("twelve hours of the stream without a new event")
 

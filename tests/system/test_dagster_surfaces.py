@@ -130,7 +130,7 @@ def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
         logs = instance.all_logs(run.run_id)
         where = run.tags.get(WORKER_TAG) or next((log.message for log in logs if "in its own process" in (log.message or "")), "?")
         why = next((log.message for log in logs if log.dagster_event and log.dagster_event.is_failure), "")
-        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {sorted(run.tags)}: {where} {why[:500]}")
+        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {run.tags.get(RUN_KEY_TAG, 'no run key')}: {where} {why[:500]}")
     lines += [f"tick {tick.status.value}: {tick.skip_reason or tick.run_keys or tick.error}"
               for tick in ticks(instance, "source_events_sensor")[:6]]
     return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]

@@ -256,7 +256,8 @@ def test_a_keyhole_run_that_failed_is_requested_once_more_then_named_and_new_loa
     def failed(run_id: str, request: RunRequest) -> None:
         """The requested run, ended Failed after its plan counted the rows of its window."""
         instance.add_run(DagsterRun(job_name=INCREMENTAL_JOB, run_id=run_id, status=DagsterRunStatus.FAILURE, tags=request.tags))
-        assessed_by(run_id, RunLimits(RunState.KEYHOLE, lower, upper, datetime(2024, 3, 2)), Arrivals({Arrival.IN_KEYHOLE: 4}, lower, upper))
+        keyhole = RunLimits(RunState.KEYHOLE, lower, upper, datetime(2024, 3, 2))
+        assessed_by(run_id, keyhole, Arrivals({Arrival.IN_KEYHOLE: 4}, lower, upper))
 
     first = tick()
     assert isinstance(first, RunRequest) and first.run_key == "keyhole-standard-2024-02-01T08:00:00-2024-02-03T09:00:00"

@@ -23,11 +23,12 @@ from pyspark.sql import functions as F
 from incremental_assets.cli.runner import run_days, run_until_caught_up
 from incremental_assets.definitions import build_definitions
 from incremental_assets.lib.catalog import (
-    ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, FILTERED_EVENTS, INCREMENTAL_JOB, KEYHOLE_TAG, RETRY_TAG,
+    ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, FILTERED_EVENTS, INCREMENTAL_JOB, KEYHOLE_TAG, NEW_EVENT_LIMITS, RETRY_TAG,
     LIFECYCLE, WAREHOUSE_POOL, WORKER_TAG,
 )
-from incremental_assets.lib.delta.log import stored_table
+from incremental_assets.lib.delta.log import read_rows, stored_table
 from incremental_assets.lib.delta.read import read_table
+from incremental_assets.lib.incremental.run_plan import plan_from_row
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
@@ -130,7 +131,8 @@ def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
         logs = instance.all_logs(run.run_id)
         where = run.tags.get(WORKER_TAG) or next((log.message for log in logs if "in its own process" in (log.message or "")), "?")
         why = next((log.message for log in logs if log.dagster_event and log.dagster_event.is_failure), "")
-        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {run.tags.get(RUN_KEY_TAG, 'no run key')}: {where} {why[:500]}")
+        key = run.tags.get(RUN_KEY_TAG, "no run key")
+        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {key}: {where} {why[:500]}")
     lines += [f"tick {tick.status.value}: {tick.skip_reason or tick.run_keys or tick.error}"
               for tick in ticks(instance, "source_events_sensor")[:6]]
     return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]
@@ -160,6 +162,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
             stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
         )
+
         def told() -> str:
             return runs_told(instance, tmp_path)
 
@@ -199,6 +202,8 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             worker.wait(60)
             worker = start_worker(tmp_path)
             assert not_yet_stored(spark, source) > dropped, f"the new load was stored before the kill: {jvm}\n{told()}"
+            [plan] = [plan_from_row(row) for row in read_rows(StateStore().uri(NEW_EVENT_LIMITS)) if row["run_id"] == killed]
+            assert plan.source.version == loaded, f"the killed run assessed version {plan.source.version}, not the load's {loaded}"
             wait_for("the killed run's window run again", lambda: any(
                 run.status == DagsterRunStatus.SUCCESS for run in instance.get_runs(RunsFilter(tags={RETRY_TAG: killed}))), 900, told)
             assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE

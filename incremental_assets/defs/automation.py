@@ -11,6 +11,7 @@ from dagster import (
     AssetKey,
     AssetSelection,
     DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -58,8 +59,9 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.source.contract import first_after
 from incremental_assets.lib.utc import naive, utcnow
 
-KEYHOLES_PASSED_OVER = 20
-AHEAD_LOOKED = timedelta(days=1)  # rows stamped further ahead than this are not named in a skip reason  # at most this many keyhole runs since the latest standard one are looked through
+KEYHOLES_PASSED_OVER = 20  # at most this many keyhole runs since the latest standard one are looked through
+ENDED_WITHOUT_SUCCESS = (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+AHEAD_LOOKED = timedelta(days=1)  # rows stamped further ahead than this are not named in a skip reason
 DEFAULT_INTERVAL = IncrementalSettings.model_fields["sensor_interval_seconds"].default
 REQUESTING: list[tuple[Callable, dict]] = []  # the sensors that request runs, as declared
 
@@ -179,19 +181,18 @@ def seen_version(context: SensorEvaluationContext, plans: list[dict] | None, tab
 
 def keyhole_request(instance: DagsterInstance, rows: Stranded) -> RunRequest | str:
     """A keyhole run over the range of source rows behind the cursor (the manifest does not move),
-    requested once per range; one that fails or is canceled is requested once more, as a standard
-    run's window is. When that one ends so too, the range is an operator's: the note says so, and
-    the sensor goes on to new loads rather than requesting the range again on every tick."""
+    requested once per range, and retried once as a standard run's window is. When its retry ends
+    without success too, the range is an operator's: the note says so, and the sensor goes on to
+    new loads rather than requesting the range again on every tick."""
     config = {"lower": rows.start.isoformat(), "upper": rows.end.isoformat()}
-    tags = {KEYHOLE_TAG: f"{config['lower']}..{config['upper']}"}
-    ended = [run for run in instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, tags=tags))
-             if run.status in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)]
-    if len(ended) >= 2:
-        return (f"keyhole runs {ended[1].run_id} and its retry {ended[0].run_id} ended without success over the "
-                f"source rows behind the cursor from {rows.start} to {rows.end}: look at them in the UI, then `{rows.command}`")
-    key = f"retry-of-{ended[0].run_id}" if ended else f"keyhole-{rows.run_id}-{config['lower']}-{config['upper']}"
-    retry = {RETRY_TAG: ended[0].run_id} if ended else {}
-    return RunRequest(run_key=key, run_config={"ops": {NEW_EVENT_LIMITS: {"config": config}}}, tags={**tags, **retry})
+    request = {"run_config": {"ops": {NEW_EVENT_LIMITS: {"config": config}}},
+               "tags": {KEYHOLE_TAG: f"{config['lower']}..{config['upper']}"}}
+    latest = next(iter(instance.get_runs(RunsFilter(job_name=INCREMENTAL_JOB, tags=request["tags"]), limit=1)), None)
+    if latest is None or latest.status not in ENDED_WITHOUT_SUCCESS:
+        return RunRequest(run_key=f"keyhole-{rows.run_id}-{config['lower']}-{config['upper']}", **request)
+    return retried_once(latest, **request) or (
+        f"keyhole runs {latest.tags[RETRY_TAG]} and its retry {latest.run_id} ended without success over the "
+        f"source rows behind the cursor from {rows.start} to {rows.end}: look at them in the UI, then `{rows.command}`")
 
 
 def retry_of_the_last_run(instance: DagsterInstance) -> RunRequest | SkipReason | None:
@@ -201,13 +202,19 @@ def retry_of_the_last_run(instance: DagsterInstance) -> RunRequest | SkipReason 
     None: the latest run succeeded, or there is none."""
     runs = instance.get_runs(filters=RunsFilter(job_name=INCREMENTAL_JOB), limit=KEYHOLES_PASSED_OVER)
     latest = next((run for run in runs if KEYHOLE_TAG not in run.tags), None)
-    if latest is None or latest.status not in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE):
+    if latest is None or latest.status not in ENDED_WITHOUT_SUCCESS:
         return None
     how = "canceled" if latest.status == DagsterRunStatus.CANCELED else "failed"
-    if RETRY_TAG in latest.tags:
-        return SkipReason(f"Run {latest.run_id} {how}, and it was already the retry of run {latest.tags[RETRY_TAG]}: "
-                          "look at it in the UI, then materialize incremental_job (or wait for the next load)")
-    return RunRequest(run_key=f"retry-of-{latest.run_id}", tags={RETRY_TAG: latest.run_id})
+    return retried_once(latest) or SkipReason(
+        f"Run {latest.run_id} {how}, and it was already the retry of run {latest.tags[RETRY_TAG]}: "
+        "look at it in the UI, then materialize incremental_job (or wait for the next load)")
+
+
+def retried_once(run: DagsterRun, run_config: dict | None = None, tags: dict | None = None) -> RunRequest | None:
+    """The request that runs `run` (canceled or failed) again, once: None when it was itself a retry."""
+    if RETRY_TAG in run.tags:
+        return None
+    return RunRequest(run_key=f"retry-of-{run.run_id}", run_config=run_config, tags={**(tags or {}), RETRY_TAG: run.run_id})
 
 
 def catch_up_key(instance: DagsterInstance, state: StateStore, models: list[str]) -> str | None:

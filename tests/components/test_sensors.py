@@ -233,9 +233,9 @@ def test_rows_behind_the_cursor_get_a_keyhole_run_requested_once_until_one_cover
 
 
 def test_a_keyhole_run_that_failed_is_requested_once_more_then_named_and_new_loads_go_on(spark, warehouse):
-    """Finding: a keyhole run that failed left its range stranded, and the sensor requested the same
-    run key on every tick, which Dagster skips as already requested: no retry of the killed run's
-    window and no new load was ever requested again."""
+    """Finding: a keyhole run that failed left its range stranded, and the sensor requested another
+    keyhole over it, keyed by the failed one, before anything else: after each failure the next,
+    and no retry of a killed run's window or new load was requested meanwhile."""
     from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context
 
     from incremental_assets.defs.automation import source_events_sensor

@@ -17,6 +17,9 @@ from incremental_assets.lib.environment import PROJECT_ROOT
 from incremental_assets.lib.sample.stream import append_hours, next_batch
 
 BIN = Path(sys.executable).parent
+# A warm worker's start: its JVM, then its rehearsal (the pipeline twice on a sample). About 50 s on an
+# idle machine; 181 s seen on a loaded one (benchmarks/comparisons.md, fresh clone of 93cde4b).
+WORKER_START_S = 420
 
 
 def a_home(tmp_path: Path, config: str = "dagster.yaml") -> Path:

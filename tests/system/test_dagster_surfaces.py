@@ -37,7 +37,7 @@ from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.worker import serving
-from tests.dagster_processes import BIN, a_home, a_workspace, append_events, ticks, wait_for
+from tests.dagster_processes import BIN, WORKER_START_S, a_home, a_workspace, append_events, ticks, wait_for
 from tests.postgres_server import postgres_instance_env
 from tests.warehouse_tables import REFERENCE_DAY, sample_source, scenario_environment
 
@@ -157,7 +157,7 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
         runs_before = len(writers(instance))
         # The warm worker executes the runs the daemon launches (one at a time; a second goes to a process of its own).
         worker = start_worker(tmp_path)
-        wait_for("the worker to serve", lambda: serving(home), 240)
+        wait_for("the worker to serve", lambda: serving(home), WORKER_START_S)
         daemon = subprocess.Popen(
             [BIN / "dagster-daemon", "run", "-w", tmp_path / "workspace.yaml"], env=os.environ, cwd=tmp_path,
             stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,

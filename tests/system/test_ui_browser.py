@@ -51,6 +51,7 @@ from incremental_assets.lib.catalog import RETRY_TAG, WORKER_TAG
 from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.worker import serving
+from tests.dagster_processes import WORKER_START_S
 
 
 
@@ -75,7 +76,6 @@ ASSETS_SHOWN = (*SINGLE_ASSETS, "sessions_lifecycle_manifest", "quarantined_sess
 RUN_STARTING_SENSORS = ("source_events_sensor", "daily_partitions_sensor")
 
 SERVER_START_S = 120
-WORKER_START_S = 180  # the worker's rehearsal, beyond the webserver's start
 UI_MS = 30_000  # a page, a dialog, a toast
 # Every run starts a Spark JVM (10-30 s on 2 cores) before its steps; a backfill also waits for
 # the daemon to pick it up.

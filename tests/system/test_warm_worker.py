@@ -27,7 +27,7 @@ from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
 from incremental_assets.lib.catalog import WORKER_TAG
 from incremental_assets.lib.worker import WarmRunLauncher, serving
-from tests.dagster_processes import BIN, a_home, a_workspace, append_events, wait_for
+from tests.dagster_processes import BIN, WORKER_START_S, a_home, a_workspace, append_events, wait_for
 from tests.warehouse_tables import comparable_tables, scenario_environment
 
 # A stream whose loads end a day before now, so that a day holds hours with events whatever the time
@@ -101,7 +101,10 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
         worker = subprocess.Popen([BIN / "incremental-assets", "serve"], env=os.environ, cwd=tmp_path, start_new_session=True,
                                   stdout=open(tmp_path / "worker.log", "w"), stderr=subprocess.STDOUT)
         try:
-            first_port = wait_for("the worker to serve", lambda: serving(home), 180)["port"]
+            def worker_log() -> str:  # what a wait that ran out tells
+                return (tmp_path / "worker.log").read_text()[-3000:]
+
+            first_port = wait_for("the worker to serve", lambda: serving(home), WORKER_START_S, worker_log)["port"]
 
             # A run of new rows, in the worker: the run Dagster made, with the contract's records.
             append_events(spark, source)
@@ -136,7 +139,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             told = [str(step_failure(log.dagster_event.step_key, log.dagster_event.step_failure_data.error))
                     for log in instance.all_logs(canceled, of_type=DagsterEventType.STEP_FAILURE)]
             assert told and all(": terminated: run " in line for line in told), told
-            wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), 180)
+            wait_for("the worker to serve again", lambda: (serving(home) or {}).get("port") not in (None, first_port), WORKER_START_S, worker_log)
             assert serving(home)["pid"] == worker.pid
 
             # A run that fails in the worker (a refresh its settings do not allow) leaves it serving.
@@ -163,7 +166,7 @@ def test_launched_runs_execute_in_the_warm_worker_or_their_own_process(spark, tm
             handed = ended(instance, launch(workspace, instance))
             assert handed.status == DagsterRunStatus.SUCCESS, story(instance, handed.run_id, tmp_path / "worker.log")
             assert any("the settings file changed since the warm worker started" in (e.message or "") for e in instance.all_logs(handed.run_id))
-            wait_for("the worker to serve the settings on disk", lambda: (serving(home) or {}).get("port") not in (None, served), 240)
+            wait_for("the worker to serve the settings on disk", lambda: (serving(home) or {}).get("port") not in (None, served), WORKER_START_S, worker_log)
             append_events(spark, source)
             warm_again = ended(instance, launch(workspace, instance))
             assert warm_again.status == DagsterRunStatus.SUCCESS, story(instance, warm_again.run_id, tmp_path / "worker.log")

@@ -12,7 +12,7 @@ alike.
 Then the same one-hour run as Dagster launches it (`dagster job launch`, what a sensor tick or the
 UI does): in a process of its own, and in the warm worker (`incremental-assets serve`, after its
 first WARM_UP_PAIRS pairs, whose seconds are kept apart), timed from the run's creation to its end
-in the instance's run records.
+in the instance's run records, with each step's seconds from the run's event log.
 
 With --before DIR (a checkout of an earlier commit), each repetition also runs the same one-hour
 run with that checkout's code, right after this one's, on the same warehouse: before and after,
@@ -164,7 +164,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
                 # then the daily run the daily sensor requests for the days the incremental run marked
                 [(first, last, _)] = daily_runs(StateStore().days(), utcnow().date())
                 daily = launch_and_wait(instance, env, workspace, DAILY_JOB, days_window_tags(first, last))
-                runs.append({**incremental, "daily_seconds": daily["seconds"],
+                runs.append({**incremental, "daily_seconds": daily["seconds"], "daily_steps": daily["steps"],
                              "with_daily_seconds": round(incremental["seconds"] + daily["seconds"], 2)})
     finally:
         if worker is not None:
@@ -187,7 +187,20 @@ def launch_and_wait(instance, env: dict[str, str], workspace: Path, job: str, ta
                   if e.dagster_event and e.dagster_event.is_step_failure]
         raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}: {errors}")
     created = record.create_timestamp.timestamp()
-    return {"seconds": round(record.end_time - created, 2), "until_started": round(record.start_time - created, 2)}
+    return {"seconds": round(record.end_time - created, 2), "until_started": round(record.start_time - created, 2),
+            "steps": step_seconds(instance, run_id)}
+
+
+def step_seconds(instance, run_id: str) -> dict[str, float]:
+    """Each step's seconds in the run's event log (from its start to its success), in the order they started."""
+    started, seconds = {}, {}
+    for entry in instance.all_logs(run_id):
+        event = entry.dagster_event
+        if event is not None and event.event_type_value == "STEP_START":
+            started[event.step_key] = entry.timestamp
+        elif event is not None and event.event_type_value == "STEP_SUCCESS":
+            seconds[event.step_key] = round(entry.timestamp - started[event.step_key], 2)
+    return {step: seconds[step] for step in started if step in seconds}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -254,6 +267,9 @@ def main() -> None:
     for name, figures in launched.items():
         print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']}), "
               f"daily {figures['median_daily_seconds']} s, both {figures['median_with_daily_seconds']} s")
+        median = figures["median_run"]
+        for step, seconds in (*median["steps"].items(), *median["daily_steps"].items()):
+            print(f"  {step:<70}{seconds:>8.2f}")
 
 
 if __name__ == "__main__":

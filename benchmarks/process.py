@@ -37,6 +37,7 @@ import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+from dagster import DagsterEventType
 from measure import RESULTS, users_for
 
 from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
@@ -164,7 +165,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
                 # then the daily run the daily sensor requests for the days the incremental run marked
                 [(first, last, _)] = daily_runs(StateStore().days(), utcnow().date())
                 daily = launch_and_wait(instance, env, workspace, DAILY_JOB, days_window_tags(first, last))
-                runs.append({**incremental, "daily_seconds": daily["seconds"], "daily_steps": daily["steps"],
+                runs.append({**incremental, "daily_seconds": daily["seconds"], f"{DAILY_JOB} steps": daily[f"{DAILY_JOB} steps"],
                              "with_daily_seconds": round(incremental["seconds"] + daily["seconds"], 2)})
     finally:
         if worker is not None:
@@ -188,19 +189,13 @@ def launch_and_wait(instance, env: dict[str, str], workspace: Path, job: str, ta
         raise RuntimeError(f"launched run {run_id} ended {record.dagster_run.status.value}: {errors}")
     created = record.create_timestamp.timestamp()
     return {"seconds": round(record.end_time - created, 2), "until_started": round(record.start_time - created, 2),
-            "steps": step_seconds(instance, run_id)}
+            f"{job} steps": step_seconds(instance, run_id)}
 
 
 def step_seconds(instance, run_id: str) -> dict[str, float]:
-    """Each step's seconds in the run's event log (from its start to its success), in the order they started."""
-    started, seconds = {}, {}
-    for entry in instance.all_logs(run_id):
-        event = entry.dagster_event
-        if event is not None and event.event_type_value == "STEP_START":
-            started[event.step_key] = entry.timestamp
-        elif event is not None and event.event_type_value == "STEP_SUCCESS":
-            seconds[event.step_key] = round(entry.timestamp - started[event.step_key], 2)
-    return {step: seconds[step] for step in started if step in seconds}
+    """Each step's seconds, as its success event reports them (as the command line's timings do)."""
+    successes = instance.all_logs(run_id, of_type=DagsterEventType.STEP_SUCCESS)
+    return {e.dagster_event.step_key: round(e.dagster_event.event_specific_data.duration_ms / 1000, 2) for e in successes}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -268,7 +263,7 @@ def main() -> None:
         print(f"launched, {name}: {figures['median_seconds']} s (runs {figures['seconds']}), "
               f"daily {figures['median_daily_seconds']} s, both {figures['median_with_daily_seconds']} s")
         median = figures["median_run"]
-        for step, seconds in (*median["steps"].items(), *median["daily_steps"].items()):
+        for step, seconds in (*median[f"{INCREMENTAL_JOB} steps"].items(), *median[f"{DAILY_JOB} steps"].items()):
             print(f"  {step:<70}{seconds:>8.2f}")
 
 

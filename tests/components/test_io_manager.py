@@ -407,6 +407,19 @@ def test_a_small_append_or_replace_by_deltalake_leaves_what_sparks_write_leaves(
     assert results["spark"] == ([*kept, (3, "new", date(2024, 1, 2), 7)], 1, ["id", "value", "d", "extra"], ["d"])
 
 
+@pytest.mark.parametrize(("columns", "bound", "engine"), [
+    (2, 2_000_000, "delta-rs"),  # 4,000,000 cells: deltalake's, twenty times the rows a wide table may hold
+    (40, 100_001, "Apache-Spark"),  # 4,000,040 cells: Spark's, though fewer rows than the narrow table's
+])
+def test_a_small_write_is_bounded_by_its_cells_not_its_rows(spark, warehouse, columns, bound, engine):
+    """The rows deltalake writes are held in Python, and their bytes grow with their columns: the
+    bound is on rows times columns (SMALL_WRITE_CELLS, 4,000,000)."""
+    uri = f"{warehouse}/cells"
+    rows = spark.range(3).select(*(F.col("id").alias(f"c{i}") for i in range(columns)))
+    result = write(spark, rows, WriteRequest(uri, WriteMode.APPEND, rows_at_most=bound))
+    assert result.rows_inserted == 3 and DeltaTable(uri).history(1)[0]["engineInfo"].startswith(engine)
+
+
 def test_a_small_merge_refuses_an_upsert_with_a_shared_key_and_its_inserts_reach_the_change_feed(spark, warehouse):
     uri = f"{warehouse}/by_day"
     schema = "id int, d date"

@@ -14,9 +14,14 @@ UI does): in a process of its own, and in the warm worker (`incremental-assets s
 first WARM_UP_PAIRS pairs, whose seconds are kept apart), timed from the run's creation to its end
 in the instance's run records, with each step's seconds from the run's event log.
 
+Each section (the runs as whole processes, with --before their twins, the launched runs in their
+own process, in the warm worker) works on a copy of the same processed history and first runs
+WARM_UP_PAIRS hours it does not measure: every section measures the same hours of the stream. (On
+one warehouse, each section read the hours after the previous one's, later and busier ones.)
+
 With --before DIR (a checkout of an earlier commit), each repetition also runs the same one-hour
-run with that checkout's code, right after this one's, on the same warehouse: before and after,
-side by side.
+run with that checkout's code, right after this one's, on its own copy: before and after, side by
+side, over the same hours.
 
     .venv/bin/python benchmarks/process.py [--events-per-day N] [--shape dense|site] [--histories 7 60]
         [--reps 3] [--before DIR] [--no-launched]
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +47,7 @@ from dagster import DagsterEventType
 from measure import RESULTS, users_for
 
 from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
+from incremental_assets.lib.environment import jar_cache_dir
 from incremental_assets.lib.incremental.days import daily_runs, days_window_tags
 from incremental_assets.lib.sample.stream import read_stream_state
 from incremental_assets.lib.state.store import StateStore
@@ -107,8 +114,8 @@ def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, f
     source = f"{env['INCREMENTAL_ASSETS_WAREHOUSE']}/atomic_events"
     loaded_after = read_stream_state(source)[1] if floor else None
     subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
-    if code is not None:
-        env = {**env, "PYTHONPATH": str(code)}
+    if code is not None:  # with this checkout's jars and class archive: another checkout's cache may hold no archive
+        env = {**env, "PYTHONPATH": str(code), "INCREMENTAL_ASSETS_JAR_CACHE": str(jar_cache_dir())}
     started = time.perf_counter()
     # The driver's web UI stays off, as in a user's run: the timings read Spark's jobs from its status store.
     done = subprocess.run([CLI, "run"], env={**env, "INCREMENTAL_ASSETS_TIMINGS": str(timings)}, capture_output=True, text=True)
@@ -129,16 +136,27 @@ def floor_process(env: dict[str, str], source: str, after: datetime, until: date
     return round(time.perf_counter() - started, 2)
 
 
-# Pairs the warm worker serves before those measured: its first runs after the rehearsal still
-# compile the code paths of a real warehouse's sizes. A deployment's worker serves hourly runs for
-# days; its first pairs are reported apart (`first_pairs`).
+# Hours each section runs before those it measures: the warm worker's first runs after its
+# rehearsal still compile the code paths of a real warehouse's sizes (a deployment's worker serves
+# hourly runs for days), and the other sections run them too, so that all measure the same hours.
+# The warm worker's first pairs are reported apart (`first_pairs`).
 WARM_UP_PAIRS = 2
+
+
+def section_copy(env: dict[str, str], name: str) -> dict[str, str]:
+    """A copy of a history's folder (warehouse, settings, Dagster home) for one section, and the
+    environment its commands run in."""
+    place = Path(env["DAGSTER_HOME"]).parent
+    copy = place.with_name(f"{place.name}-{name}")
+    shutil.copytree(place, copy)
+    return {**env, **{key: env[key].replace(str(place), str(copy), 1)
+                      for key in ("INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG", "DAGSTER_HOME")}}
 
 
 def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tuple[list[dict], list[dict]]:
     """`reps` one-hour runs launched through the instance: the incremental run, then the daily run
-    its days call for (what the daily sensor requests), each timed from its creation to its end;
-    in the warm worker, after its first WARM_UP_PAIRS pairs. (The first pairs, the runs measured.)"""
+    its days call for (what the daily sensor requests), each timed from its creation to its end,
+    after WARM_UP_PAIRS pairs (`warm`: in the warm worker). (The first pairs, the runs measured.)"""
     from dagster import DagsterInstance
 
     from incremental_assets.lib.worker import serving
@@ -159,7 +177,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
     try:
         os.environ.update({key: env[key] for key in ("DAGSTER_HOME", "INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG")})
         with DagsterInstance.get() as instance:
-            for _ in range(reps + (WARM_UP_PAIRS if warm else 0)):
+            for _ in range(WARM_UP_PAIRS + reps):
                 subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
                 incremental = launch_and_wait(instance, env, workspace, INCREMENTAL_JOB, {})
                 # then the daily run the daily sensor requests for the days the incremental run marked
@@ -171,8 +189,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
         if worker is not None:
             worker.terminate()
             worker.wait(60)
-    first = WARM_UP_PAIRS if warm else 0
-    return runs[:first], runs[first:]
+    return runs[:WARM_UP_PAIRS], runs[WARM_UP_PAIRS:]
 
 
 def launch_and_wait(instance, env: dict[str, str], workspace: Path, job: str, tags: dict[str, str]) -> dict:
@@ -226,15 +243,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-process-") as tmp:
         root = Path(tmp)
         envs = {days: history(root, days, args.events_per_day, shape=args.shape) for days in args.histories}
-        runs: dict[int, list[dict]] = {days: [] for days in args.histories}
-        before: dict[int, list[dict]] = {days: [] for days in args.histories}
-        for rep in range(args.reps):
-            for days, env in envs.items():
-                runs[days].append(one_hour_run(env, root / f"timings-{days}-{rep}.json"))
-                if args.before:
-                    before[days].append(one_hour_run(env, root / f"timings-{days}-{rep}-before.json", args.before))
+        sides = {"after": None, **({"before": args.before} if args.before else {})}  # the code each side runs
+        cold = {(side, days): section_copy(env, side) for side in sides for days, env in envs.items()}
+        runs = {key: [] for key in cold}
+        for rep in range(-WARM_UP_PAIRS, args.reps):  # the first hours unmeasured
+            for (side, days), env in cold.items():
+                run = one_hour_run(env, root / f"timings-{days}-{rep}-{side}.json", sides[side], floor=rep >= 0)
+                if rep >= 0:
+                    runs[side, days].append(run)
         launched = {} if args.no_launched else {
-            f"{days}_days_{how}": launched_summary(*launched_runs(env, root / f"history-{days}", args.reps, warm=how == "warm"))
+            f"{days}_days_{how}": launched_summary(*launched_runs(section_copy(env, how), root / f"history-{days}-{how}", args.reps, warm=how == "warm"))
             for how in ("own_process", "warm") for days, env in envs.items()
         }
     first, last = args.histories[0], args.histories[-1]
@@ -242,11 +260,11 @@ def main() -> None:
         "events_per_day": args.events_per_day,
         "shape": args.shape,
         "users": users_for(args.events_per_day, args.shape),
-        "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in runs.items()},
+        "one_hour_run_whole_process": {f"{days}_days": summary(runs["after", days]) for days in args.histories},
         "one_hour_run_launched": launched,
     }
     if args.before:
-        results["before"] = {"code": str(args.before), "one_hour_run_whole_process": {f"{days}_days": summary(r) for days, r in before.items()}}
+        results["before"] = {"code": str(args.before), "one_hour_run_whole_process": {f"{days}_days": summary(runs["before", days]) for days in args.histories}}
     medians = results["one_hour_run_whole_process"]
     results[f"ratio_{last}_to_{first}_days"] = round(
         medians[f"{last}_days"]["median_seconds"] / medians[f"{first}_days"]["median_seconds"], 2)

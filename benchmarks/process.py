@@ -257,6 +257,7 @@ def main() -> None:
         }
     first, last = args.histories[0], args.histories[-1]
     results = {
+        "measured": datetime.now().isoformat(timespec="seconds"),
         "events_per_day": args.events_per_day,
         "shape": args.shape,
         "users": users_for(args.events_per_day, args.shape),

@@ -300,7 +300,10 @@ def whole_process(p: dict) -> list[str]:
          "what a schedule tick or the daemon's run launcher pays, since each run is a fresh process. Its floor, timed "
          "right after it: a fresh Python process that starts the session the run's first Spark step starts, reads the "
          "same hour's source rows, appends them once to a Delta table with plain Spark and exits (no Dagster, no state). "
-         f"Command: `{command}`."),
+         "Every section below (and the earlier code's runs, with --before) runs on its own copy of the same history, "
+         "over the same hours, after two hours it does not measure. "
+         f"Command: `{command}`" + (f", measured {p['measured']}" if "measured" in p else "") + ". "
+         "The floor moves with the machine: read a run's seconds against the floor measured beside it."),
         "",
         "| figure | value | target |",
         "|---|---|---|",
@@ -338,9 +341,10 @@ def launched(figures: dict) -> list[str]:
                          f"{both:.2f} s (daily run {h['median_daily_seconds']:.2f} s)",
                          target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", both <= PROCESS_RUN_MAX_SECONDS) if how == "warm" else "—"))
         if "first_pairs_with_daily_seconds" in h:
-            rows.append((f"the worker's first pairs after its start, {days} days of history",
+            first = "the worker's first pairs after its start" if how == "warm" else "its first pairs, in a new process each"
+            rows.append((f"{first}, {days} days of history",
                          ", ".join(f"{seconds:.2f} s" for seconds in h["first_pairs_with_daily_seconds"]), "—"))
-    warmed = ("after its rehearsal and its first pairs, shown apart" if any("first_pairs_with_daily_seconds" in h for h in figures.values())
+    warmed = ("after its rehearsal; each way after its first pairs, shown apart" if any("first_pairs_with_daily_seconds" in h for h in figures.values())
               else "after its rehearsal")
     return [
         ("Launched through the instance as a sensor tick or the UI launches it (`dagster job launch`), in a process "

@@ -43,3 +43,11 @@ def test_the_warm_workers_first_pairs_are_shown_apart_from_the_pairs_measured():
         "| the same with its daily run, 60 days of history, warm | 11.00 s (daily run 4.50 s) | 10 s or less ✗ |",
         "| the worker's first pairs after its start, 60 days of history | 21.90 s, 11.90 s | — |",
     ]
+
+
+def test_an_own_process_s_first_pairs_are_not_called_the_worker_s():
+    figures = {"60_days_own_process": {"median_seconds": 14.5, "seconds": [14.4, 14.5, 14.9], "median_daily_seconds": 11.5,
+                                       "median_with_daily_seconds": 26.0, "first_pairs_with_daily_seconds": [27.1, 26.3]}}
+    rows = [line for line in report.launched(figures) if line.startswith("| ")]
+    assert rows[-1] == "| its first pairs, in a new process each, 60 days of history | 27.10 s, 26.30 s | — |"
+    assert not any("worker" in row for row in rows)

@@ -227,7 +227,7 @@ def summary(runs: list[dict]) -> dict:
 
 
 def launched_summary(first: list[dict], measured: list[dict]) -> dict:
-    """summary() of the runs measured, with the seconds of the worker's first pairs beside them."""
+    """summary() of the runs measured, with the seconds of the first, unmeasured pairs beside them."""
     return {**summary(measured), **({"first_pairs_with_daily_seconds": [r["with_daily_seconds"] for r in first]} if first else {})}
 
 

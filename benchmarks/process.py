@@ -139,8 +139,12 @@ def floor_process(env: dict[str, str], source: str, after: datetime, until: date
 # Hours each section runs before those it measures: the warm worker's first runs after its
 # rehearsal still compile the code paths of a real warehouse's sizes (a deployment's worker serves
 # hourly runs for days), and the other sections run them too, so that all measure the same hours.
-# The warm worker's first pairs are reported apart (`first_pairs`).
+# Each section's first pairs are reported apart (`first_pairs`).
 WARM_UP_PAIRS = 2
+
+
+# What places a history: its warehouse, its settings and its Dagster home, all in one folder.
+HISTORY_KEYS = ("INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG", "DAGSTER_HOME")
 
 
 def section_copy(env: dict[str, str], name: str) -> dict[str, str]:
@@ -149,11 +153,10 @@ def section_copy(env: dict[str, str], name: str) -> dict[str, str]:
     place = Path(env["DAGSTER_HOME"]).parent
     copy = place.with_name(f"{place.name}-{name}")
     shutil.copytree(place, copy)
-    return {**env, **{key: env[key].replace(str(place), str(copy), 1)
-                      for key in ("INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG", "DAGSTER_HOME")}}
+    return {**env, **{key: env[key].replace(str(place), str(copy), 1) for key in HISTORY_KEYS}}
 
 
-def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tuple[list[dict], list[dict]]:
+def launched_runs(env: dict[str, str], reps: int, warm: bool) -> tuple[list[dict], list[dict]]:
     """`reps` one-hour runs launched through the instance: the incremental run, then the daily run
     its days call for (what the daily sensor requests), each timed from its creation to its end,
     after WARM_UP_PAIRS pairs (`warm`: in the warm worker). (The first pairs, the runs measured.)"""
@@ -162,6 +165,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
     from incremental_assets.lib.worker import serving
 
     home = Path(env["DAGSTER_HOME"])
+    place = home.parent
     config = (ROOT / "dagster.yaml").read_text()  # launched at once: no queue (no daemon) in the way
     (home / "dagster.yaml").write_text(config + "run_coordinator:\n  module: dagster._core.run_coordinator\n  class: DefaultRunCoordinator\n")
     workspace = place / "workspace.yaml"
@@ -175,7 +179,7 @@ def launched_runs(env: dict[str, str], place: Path, reps: int, warm: bool) -> tu
             time.sleep(1)
     runs = []
     try:
-        os.environ.update({key: env[key] for key in ("DAGSTER_HOME", "INCREMENTAL_ASSETS_WAREHOUSE", "INCREMENTAL_ASSETS_CONFIG")})
+        os.environ.update({key: env[key] for key in HISTORY_KEYS})
         with DagsterInstance.get() as instance:
             for _ in range(WARM_UP_PAIRS + reps):
                 subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
@@ -252,7 +256,7 @@ def main() -> None:
                 if rep >= 0:
                     runs[side, days].append(run)
         launched = {} if args.no_launched else {
-            f"{days}_days_{how}": launched_summary(*launched_runs(section_copy(env, how), root / f"history-{days}-{how}", args.reps, warm=how == "warm"))
+            f"{days}_days_{how}": launched_summary(*launched_runs(section_copy(env, how), args.reps, warm=how == "warm"))
             for how in ("own_process", "warm") for days, env in envs.items()
         }
     first, last = args.histories[0], args.histories[-1]

@@ -262,6 +262,7 @@ def main() -> None:
     first, last = args.histories[0], args.histories[-1]
     results = {
         "measured": datetime.now().isoformat(timespec="seconds"),
+        "unmeasured_hours": WARM_UP_PAIRS,
         "events_per_day": args.events_per_day,
         "shape": args.shape,
         "users": users_for(args.events_per_day, args.shape),

@@ -301,7 +301,7 @@ def whole_process(p: dict) -> list[str]:
          "right after it: a fresh Python process that starts the session the run's first Spark step starts, reads the "
          "same hour's source rows, appends them once to a Delta table with plain Spark and exits (no Dagster, no state). "
          "Every section below (and the earlier code's runs, with --before) runs on its own copy of the same history, "
-         "over the same hours, after two hours it does not measure. "
+         f"over the same hours, after {_unmeasured(p)} it does not measure. "
          f"Command: `{command}`" + (f", measured {p['measured']}" if "measured" in p else "") + ". "
          "The floor moves with the machine: read a run's seconds against the floor measured beside it."),
         "",
@@ -323,6 +323,12 @@ def whole_process(p: dict) -> list[str]:
         lines.extend(f"| {step} | {seconds:.2f} |" for step, seconds in steps)
         lines.append("")
     return lines
+
+
+def _unmeasured(p: dict) -> str:
+    """The hours each section ran first without measuring them, as the bench recorded them."""
+    hours = p.get("unmeasured_hours")
+    return "the hours" if hours is None else f"{hours} hour{'' if hours == 1 else 's'}"
 
 
 def launched(figures: dict) -> list[str]:

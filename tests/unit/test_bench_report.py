@@ -51,3 +51,14 @@ def test_an_own_process_s_first_pairs_are_not_called_the_worker_s():
     rows = [line for line in report.launched(figures) if line.startswith("| ")]
     assert rows[-1] == "| its first pairs, in a new process each, 60 days of history | 27.10 s, 26.30 s | — |"
     assert not any("worker" in row for row in rows)
+
+
+def test_the_hours_a_section_runs_unmeasured_are_the_bench_s_not_the_report_s():
+    median_run = {"seconds": 20.0, "phases": [], "incremental_job steps": {}}
+    figures = {"median_seconds": 20.0, "seconds": [20.0], "median_floor_seconds": 7.0, "median_run": median_run}
+    measured = {"events_per_day": 20_000, "one_hour_run_whole_process": {"7_days": figures, "60_days": figures},
+                "ratio_60_to_7_days": 1.0, "one_hour_run_launched": {}}
+    said = lambda numbers: next(line for line in report.whole_process(numbers) if line.startswith("`incremental-assets run`"))
+    assert "after 3 hours it does not measure" in said({**measured, "unmeasured_hours": 3})
+    assert "after 1 hour it does not measure" in said({**measured, "unmeasured_hours": 1})
+    assert "after the hours it does not measure" in said(measured)  # measured before the bench recorded them

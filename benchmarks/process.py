@@ -235,6 +235,12 @@ def launched_summary(first: list[dict], measured: list[dict]) -> dict:
     return {**summary(measured), **({"first_pairs_with_daily_seconds": [r["with_daily_seconds"] for r in first]} if first else {})}
 
 
+def checkout_commit(checkout: Path) -> str:
+    """The commit a --before checkout holds, as results.md names it; its path when it is no git checkout."""
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else str(checkout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events-per-day", type=int, default=20_000)
@@ -270,7 +276,7 @@ def main() -> None:
         "one_hour_run_launched": launched,
     }
     if args.before:
-        results["before"] = {"code": str(args.before), "one_hour_run_whole_process": {f"{days}_days": summary(runs["before", days]) for days in args.histories}}
+        results["before"] = {"code": checkout_commit(args.before), "one_hour_run_whole_process": {f"{days}_days": summary(runs["before", days]) for days in args.histories}}
     medians = results["one_hour_run_whole_process"]
     results[f"ratio_{last}_to_{first}_days"] = round(
         medians[f"{last}_days"]["median_seconds"] / medians[f"{first}_days"]["median_seconds"], 2)

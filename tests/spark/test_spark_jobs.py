@@ -40,9 +40,13 @@ def test_a_process_reports_its_jobs_by_call_site(spark, tmp_path, monkeypatch):
     before the report and none unknown after it."""
     monkeypatch.setenv(timings.TIMINGS_ENV, str(tmp_path / "timings.json"))
     monkeypatch.setattr(timings, "_details", {})
-    read = []
-    finished_jobs = timings.finished_jobs
-    monkeypatch.setattr(timings, "finished_jobs", lambda session: read.append(finished_jobs(session)) or read[-1])
+    finished_jobs, read = timings.finished_jobs, []
+
+    def as_the_report_reads(session):
+        read.append(finished_jobs(session))
+        return read[-1]
+
+    monkeypatch.setattr(timings, "finished_jobs", as_the_report_reads)
     line = inspect.currentframe().f_lineno + 1
     spark.range(5).collect()
     known_before = {job_id for job_id, _, _ in finished_jobs(spark)}

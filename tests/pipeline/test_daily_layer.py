@@ -2,7 +2,7 @@
 
 import os
 import time
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
@@ -55,9 +55,9 @@ def table(spark, warehouse, name):
     return read_table(spark, f"{warehouse}/{name}")
 
 
-def expected_attributes(events):
-    """Every sample attribute, straight from filtered_events."""
-    week = F.col("event_date").between(F.lit(date(2024, 2, 27)), F.lit(REFERENCE))
+def expected_attributes(events, reference=REFERENCE):
+    """Every sample attribute as of `reference`, straight from filtered_events."""
+    week = F.col("event_date").between(F.lit(reference - timedelta(days=6)), F.lit(reference))
     page_view = F.col("event_name") == "page_view"
     latest_page = Window.partitionBy("user_identifier").orderBy(F.col("derived_tstamp").desc())
     last_page = (
@@ -97,14 +97,45 @@ def test_daily_aggregates_and_attributes_match_a_direct_computation(spark, wareh
     order = ["attribute_key", "event_date"]
     assert rows(daily.select(*scratch.columns), order) == rows(scratch, order)
 
-    attributes = table(spark, warehouse, "attributes").withColumnRenamed("attribute_key", "k")
-    expected = expected_attributes(events)
-    assert rows(attributes.select(*expected.columns), ["k"]) == rows(expected, ["k"])
+    assert_attributes_as_of(spark, warehouse, events, REFERENCE)
+    ways = [way.split(" (")[0] for way in values_from(instance)]
+    assert ways and set(ways) == {"attributes_history's current intervals"}, "the daily runs' writes: their history's"
     assert {d.status for d in StateStore().days().values()} == {PROCESSED}
     # Bounded by the rows they come from (attributes: the keys recomputed): few, written by deltalake.
     for name, operation in (("daily_aggregates", "WRITE"), ("attributes", "MERGE")):
         latest = next(c for c in DeltaTable(f"{warehouse}/{name}").history() if c["operation"] == operation)
         assert latest["engineInfo"].startswith("delta-rs"), (name, latest)
+
+
+def assert_attributes_as_of(spark, warehouse, events, reference: date) -> None:
+    attributes = table(spark, warehouse, "attributes").withColumnRenamed("attribute_key", "k")
+    expected = expected_attributes(events.where(F.col("event_date") <= reference), reference)
+    assert rows(attributes.select(*expected.columns), ["k"]) == rows(expected, ["k"])
+
+
+def values_from(instance) -> list[str]:
+    """Where each write of attributes that recomputed keys took their values from, the latest first."""
+    records = instance.fetch_materializations(AssetKey(ATTRIBUTES), limit=100).records
+    metadata = [record.asset_materialization.metadata for record in records]
+    return [entry["values_from"].value for entry in metadata if "values_from" in entry]
+
+
+def test_attributes_alone_behind_their_history_take_every_partial_and_both_ways_equal_a_direct_computation(spark, warehouse):
+    """attributes takes its keys' values from attributes_history's open intervals when the history's
+    newest write was built from the same daily_aggregates and reference day, else from every
+    partial: the two ways, as the reference day moves on and 7-day values age out."""
+    instance, _ = load_and_run(spark, settings(), runs=2)
+    events = table(spark, warehouse, "filtered_events")
+    for reference, selection, source in (
+        (date(2024, 3, 9), {ATTRIBUTES}, "every partial of daily_aggregates"),  # the history still as of 03-04
+        (date(2024, 3, 10), {ATTRIBUTES, ATTRIBUTES_HISTORY}, "attributes_history's current intervals"),
+    ):
+        chosen = settings(attributes_reference_date=reference.isoformat())
+        job = build_definitions(chosen).resolve_implicit_global_asset_job_def().get_subset(
+            asset_selection={AssetKey(name) for name in selection})
+        assert job.execute_in_process(instance=instance).success
+        assert values_from(instance)[0].startswith(source), reference
+        assert_attributes_as_of(spark, warehouse, events, reference)
 
 
 def test_late_days_stay_deferred_until_a_backfill_applies_them(spark, warehouse):

@@ -25,6 +25,7 @@ from incremental_assets.lib.transforms.daily import (
     as_of_day_before,
     attribute_changes,
     attributes_from_daily,
+    current_attributes,
     daily_partials,
     day_arrivals,
     first_partial_day,
@@ -563,10 +564,11 @@ def test_attribute_changes_write_the_recomputed_keys_that_differ_and_delete_the_
         [("U1", 4, 2, "/c", 2), ("U2", 9, 9, "/old", 9), ("U3", 1, 1, "/z", 1), ("U4", 7, 7, "/w", 7)],
         "attribute_key string, page_views long, page_views_2d long, last_page string, apps int")
     keys = spark.createDataFrame([("U1",), ("U2",), ("U3",)], "attribute_key string")
-    changes = attribute_changes(daily, stored, keys, SPECS, date(2021, 1, 3)).collect()
+    fresh = attributes_from_daily(daily.join(keys, "attribute_key"), SPECS, date(2021, 1, 3))
+    changes = attribute_changes(fresh, stored, keys).collect()
     assert {(r.attribute_key, r[DELETED]): tuple(r)[1:5] for r in changes} == {
         ("U2", False): (1, 0, "/x", 1), ("U3", True): (1, 1, "/z", 1)}
-    first = attribute_changes(daily, None, keys, SPECS, date(2021, 1, 3)).collect()  # nothing stored: every key's row
+    first = attribute_changes(fresh, None, keys).collect()  # nothing stored: every key's row
     assert {r.attribute_key: tuple(r)[1:5] for r in first if not r[DELETED]} == {"U1": (4, 2, "/c", 2), "U2": (1, 0, "/x", 1)}
 
 
@@ -608,6 +610,24 @@ def test_each_history_row_equals_attributes_with_its_days_as_reference_day(histo
         attributes = {r.attribute_key: tuple(r)[1:] for r in attributes_from_daily(daily, SPECS, day).collect()}
         valid = {key: values for (key, start), (end, *values) in HISTORY.items() if start <= day and (end is None or day < end)}
         assert {key: tuple(values) for key, values in valid.items()} == attributes
+
+
+def test_current_attributes_are_the_open_intervals_of_the_keys_asked(spark, history):
+    # Through 01-05, the open rows: U1 (4, 0, /c, 2), U2 (1, 0, /x, 1). Asked for U1 and U3 (no
+    # history): U1's row alone, in the specs' order, without the interval's days.
+    keys = spark.createDataFrame([("U1",), ("U3",)], "attribute_key string")
+    current = current_attributes(history.select("attribute_key", *reversed(history.columns[1:])), keys, SPECS)
+    assert current.columns == ["attribute_key", "page_views", "page_views_2d", "last_page", "apps"]
+    assert [tuple(r) for r in current.collect()] == [("U1", 4, 0, "/c", 2)]
+
+
+def test_current_attributes_equal_attributes_recomputed_from_every_partial_as_of_the_history_s_last_day(spark, daily, history):
+    keys = spark.createDataFrame([("U1",), ("U2",)], "attribute_key string")
+    current = current_attributes(history, keys, SPECS)
+    recomputed = attributes_from_daily(daily, SPECS, THROUGH)
+    assert current.dtypes == recomputed.dtypes
+    assert sorted(map(tuple, current.collect())) == sorted(map(tuple, recomputed.collect())) == [
+        ("U1", 4, 0, "/c", 2), ("U2", 1, 0, "/x", 1)]
 
 
 def test_a_late_event_rewrites_its_key_from_its_day_on_and_nothing_else(spark, history):

@@ -16,22 +16,25 @@ from dagster import (
     MetadataValue,
     Output,
 )
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from incremental_assets.defs.daily.changed_keys import of_keys, since_last_write
-from incremental_assets.lib.catalog import ATTRIBUTES, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
+from incremental_assets.defs.daily.changed_keys import BuiltFrom, of_keys, since_last_write
+from incremental_assets.defs.daily.history import BUILT_FROM as HISTORY_BUILT_FROM
+from incremental_assets.lib.catalog import ATTRIBUTES, ATTRIBUTES_HISTORY, DAILY_AGGREGATES, DAILY_GROUP, DAILY_MANIFEST, FILTERED_EVENTS
 from incremental_assets.lib.checks import from_offending_rows, latest_write, nothing_written, sums_by
-from incremental_assets.lib.delta.read import count_by, naming, read_to_check
+from incremental_assets.lib.delta.read import count_by, naming, read_table, read_to_check
 from incremental_assets.lib.delta.spec import Rows, Stored, delta_table, partition_window
 from incremental_assets.lib.environment import table_uri
 from incremental_assets.lib.assets import spark_delta_asset, warehouse_check
+from incremental_assets.lib.attributes import AttributeSpec
 from incremental_assets.lib.incremental.days import mismatched_days, processed_days
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.spark import SparkResource
 from incremental_assets.lib.state.settings_plan import start_writing
 from incremental_assets.lib.state.store import StateStore, run_of
 from incremental_assets.lib.transforms import violations as V
-from incremental_assets.lib.transforms.daily import attribute_changes, daily_partials
+from incremental_assets.lib.transforms.daily import attribute_changes, attributes_from_daily, current_attributes, daily_partials
 from incremental_assets.lib.utc import utcnow
 
 RECONCILES = "reconciles_with_filtered_events"
@@ -108,11 +111,14 @@ def _daily_aggregates(partitions: DailyPartitionsDefinition):
 
 @spark_delta_asset(
     ins={"daily": AssetIn(DAILY_AGGREGATES)},
+    deps=[ATTRIBUTES_HISTORY],
     group_name=DAILY_GROUP,
     metadata=delta_table("apply_changes", keys=["attribute_key"], stats_columns=["attribute_key"]),
     description="One row per attribute_key: every declared attribute (lifetime or last N days) as of the reference "
     "day. Kept from daily_aggregates: a run recomputes the keys whose daily rows changed since its last write, and "
-    "those whose last-N-days values age out, each from all its partials, and writes the rows that differ.",
+    "those whose last-N-days values age out, and writes the rows that differ. Their values are attributes_history's "
+    "current intervals when the history's newest write was built from the same daily_aggregates and day (the same "
+    "values, at the cost of the keys), else each key's every partial.",
 )
 def attributes(
     context: AssetExecutionContext, daily: Stored, settings: IncrementalSettings, state: StateStore, spark: SparkResource
@@ -127,17 +133,32 @@ def attributes(
     keys = found.keys.select("attribute_key").cache()
     count_keys = keys.count()
     named = naming(keys, "attribute_key", count_keys)
-    partials, stored = of_keys(daily.frame, table_uri(DAILY_AGGREGATES), named), of_keys(found.stored, table_uri(ATTRIBUTES), named)
-    changes = attribute_changes(partials, stored, keys, specs, through).cache()
+    fresh, values_from = recomputed(daily, keys, named, specs, found.now)
+    stored = of_keys(found.stored, table_uri(ATTRIBUTES), named)
+    changes = attribute_changes(fresh, stored, keys).cache()
     count = changes.count()
     scope = "every key" if found.before is None else f"the keys daily_aggregates changed since version {found.before.version}"
-    context.log.info(f"attributes: {scope} ({count_keys} keys), as of {through}: {count} rows to write")
+    context.log.info(f"attributes: {scope} ({count_keys} keys), as of {through}, from {values_from}: {count} rows to write")
     yield Output(
         Rows(changes if count else None, rows_at_most=count, marker=found.now.as_marker(ATTRIBUTES_BUILT_FROM)),
-        metadata={"recomputed": scope, "keys_recomputed": count_keys, "reference_day": through.isoformat()},
+        metadata={"recomputed": scope, "keys_recomputed": count_keys, "values_from": values_from,
+                  "reference_day": through.isoformat()},
     )
     changes.unpersist()
     keys.unpersist()
+
+
+def recomputed(daily: Stored, keys: DataFrame, named: list[tuple], specs: list[AttributeSpec], now: BuiltFrom) -> tuple[DataFrame, str]:
+    """The attributes of `keys` as of `now`'s day, and where they come from: attributes_history's
+    current intervals when its newest commit was built from `now` (any change after it, a refresh,
+    an erasure or maintenance, is that commit), else each key's every partial: a run of attributes
+    alone, or a history behind."""
+    history = table_uri(ATTRIBUTES_HISTORY)
+    if BuiltFrom.stored(history, HISTORY_BUILT_FROM, within=1) == now:
+        rows = of_keys(read_table(daily.frame.sparkSession, history), history, named)
+        return current_attributes(rows, keys, specs), f"attributes_history's current intervals (daily_aggregates version {now.version})"
+    partials = of_keys(daily.frame, table_uri(DAILY_AGGREGATES), named).join(F.broadcast(keys), "attribute_key")
+    return attributes_from_daily(partials, specs, now.through), "every partial of daily_aggregates"
 
 
 @warehouse_check(asset="attributes", description="One row per attribute_key, in the whole table.")

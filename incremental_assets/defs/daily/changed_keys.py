@@ -42,9 +42,10 @@ class BuiltFrom:
         return {mark: {"table_id": self.table_id, "version": self.version, "through": self.through.isoformat()}}
 
     @classmethod
-    def stored(cls, uri: str, mark: str) -> "BuiltFrom | None":
-        """The mark of the stored table's latest write; None when none says."""
-        raw = latest_marker(uri, mark, within=MARK_WITHIN)
+    def stored(cls, uri: str, mark: str, within: int = MARK_WITHIN) -> "BuiltFrom | None":
+        """The mark of the stored table's latest write, among its last `within` commits (1: its
+        newest commit's, so that no change after it passes unseen); None when none says."""
+        raw = latest_marker(uri, mark, within=within)
         return None if raw is None else cls(raw["table_id"], raw["version"], date.fromisoformat(raw["through"]))
 
 

@@ -105,14 +105,19 @@ def attributes_from_daily(daily: DataFrame, specs: list[AttributeSpec], referenc
     return _as_of(daily, specs, ["attribute_key"], F.lit(reference_day))
 
 
-def attribute_changes(
-    daily: DataFrame, stored: DataFrame | None, keys: DataFrame, specs: list[AttributeSpec], reference_day: date,
-) -> DataFrame:
-    """The rows that bring `stored` (attributes; None: none yet) up to date as of `reference_day`
-    when the attributes of `keys` (attribute_key) are recomputed, each from all its partials: rows
-    to write (`DELETED` false) and stored rows to delete (true: a key with no partial left by then),
-    on attribute_key. An unchanged key yields no row."""
-    fresh = attributes_from_daily(daily.join(F.broadcast(keys.select("attribute_key")), "attribute_key"), specs, reference_day)
+def current_attributes(history: DataFrame, keys: DataFrame, specs: list[AttributeSpec]) -> DataFrame:
+    """The attributes of `keys` (attribute_key) from attributes_history built through the reference
+    day: each key's open interval, whose values are those as of that day by the same combination
+    (§7.5), so they cost the keys, not their days of history. A key with no interval has no row."""
+    current = history.where(F.col(VALID_TO).isNull()).join(F.broadcast(keys.select("attribute_key")), "attribute_key")
+    return current.select("attribute_key", *[spec.name for spec in specs])
+
+
+def attribute_changes(fresh: DataFrame, stored: DataFrame | None, keys: DataFrame) -> DataFrame:
+    """The rows that bring `stored` (attributes; None: none yet) up to date when the keys of `keys`
+    (attribute_key) take their recomputed values `fresh` (a row per key that has any): rows to
+    write (`DELETED` false) and stored rows to delete (true: a key with no row in `fresh`), on
+    attribute_key. An unchanged key yields no row."""
     if stored is None:
         return fresh.withColumn(DELETED, F.lit(False))
     kept = stored.join(F.broadcast(keys.select("attribute_key")), "attribute_key").select(*fresh.columns)

@@ -28,6 +28,7 @@ from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import LoadOptions, write_events
 from incremental_assets.lib.state.store import StateStore
+from incremental_assets.lib.transforms.daily import attributes_from_daily
 from incremental_assets.lib.utc import utcnow
 from tests.warehouse_tables import COMPARED, comparable_tables, found_alike_by_checks, read_alike_by_checks, scenario_environment
 
@@ -118,6 +119,21 @@ def test_every_row_a_run_reads_is_stored_or_counted_under_a_reason(every_anomaly
 def test_the_checks_read_every_table_of_every_anomaly_as_spark_reads_it_and_find_what_spark_finds(spark, every_anomaly):
     read_alike_by_checks(spark, every_anomaly[3] / "warehouse")
     found_alike_by_checks(spark, every_anomaly[3] / "warehouse")
+
+
+def test_attributes_kept_by_the_runs_equal_every_key_recomputed_from_every_partial(spark, every_anomaly):
+    """The runs' attributes take their keys' values from attributes_history (values_from): here
+    the other way to them, each key from its every partial, gives the same rows."""
+    _, _, _, root, settings, instance = every_anomaly
+    written = [record.asset_materialization.metadata for record in
+               instance.fetch_materializations(AssetKey("attributes"), limit=100).records]
+    ways = {entry["values_from"].value.split(" (")[0] for entry in written if "values_from" in entry}
+    assert ways == {"attributes_history's current intervals"}, ways
+    stored = read_table(spark, f"{root}/warehouse/attributes")
+    daily = read_table(spark, f"{root}/warehouse/daily_aggregates")
+    recomputed = attributes_from_daily(daily, settings.attribute_specs(), settings.reference_day()).select(*stored.columns)
+    assert recomputed.count() == stored.count() > 0
+    assert recomputed.exceptAll(stored).count() == stored.exceptAll(recomputed).count() == 0
 
 
 def test_the_version_a_loader_wrote_is_recorded_once_as_atomic_events(every_anomaly):

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
@@ -186,3 +186,11 @@ def built_under(settings: IncrementalSettings) -> None:
     from incremental_assets.lib.state.store import StateStore
 
     StateStore().record_fingerprints(current_fingerprints(settings, dict.fromkeys(BUILT_IN_INCREMENTAL)), "test")
+
+
+def attributes_values_from(instance: DagsterInstance) -> list[str]:
+    """Where each write of attributes that recomputed keys took their values from (its metadata
+    `values_from`, without the version it names), the latest first."""
+    records = instance.fetch_materializations(AssetKey("attributes"), limit=100).records
+    metadata = [record.asset_materialization.metadata for record in records]
+    return [entry["values_from"].value.split(" (")[0] for entry in metadata if "values_from" in entry]

@@ -23,6 +23,7 @@ from incremental_assets.lib.settings import IncrementalSettings, SettingsError, 
 from incremental_assets.lib.state.records import DEFERRED, PROCESSED
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.transforms.daily import daily_partials
+from tests.warehouse_tables import attributes_values_from
 
 PARAMS = SampleParams(users=8, days=4, events_per_day=200, start_date=date(2024, 3, 1), seed=3, late_share=0.2)
 REFERENCE = date(2024, 3, 4)
@@ -98,7 +99,7 @@ def test_daily_aggregates_and_attributes_match_a_direct_computation(spark, wareh
     assert rows(daily.select(*scratch.columns), order) == rows(scratch, order)
 
     assert_attributes_as_of(spark, warehouse, events, REFERENCE)
-    ways = [way.split(" (")[0] for way in values_from(instance)]
+    ways = attributes_values_from(instance)
     assert ways and set(ways) == {"attributes_history's current intervals"}, "the daily runs' writes: their history's"
     assert {d.status for d in StateStore().days().values()} == {PROCESSED}
     # Bounded by the rows they come from (attributes: the keys recomputed): few, written by deltalake.
@@ -111,13 +112,6 @@ def assert_attributes_as_of(spark, warehouse, events, reference: date) -> None:
     attributes = table(spark, warehouse, "attributes").withColumnRenamed("attribute_key", "k")
     expected = expected_attributes(events.where(F.col("event_date") <= reference), reference)
     assert rows(attributes.select(*expected.columns), ["k"]) == rows(expected, ["k"])
-
-
-def values_from(instance) -> list[str]:
-    """Where each write of attributes that recomputed keys took their values from, the latest first."""
-    records = instance.fetch_materializations(AssetKey(ATTRIBUTES), limit=100).records
-    metadata = [record.asset_materialization.metadata for record in records]
-    return [entry["values_from"].value for entry in metadata if "values_from" in entry]
 
 
 def test_attributes_alone_behind_their_history_take_every_partial_and_both_ways_equal_a_direct_computation(spark, warehouse):
@@ -134,7 +128,7 @@ def test_attributes_alone_behind_their_history_take_every_partial_and_both_ways_
         job = build_definitions(chosen).resolve_implicit_global_asset_job_def().get_subset(
             asset_selection={AssetKey(name) for name in selection})
         assert job.execute_in_process(instance=instance).success
-        assert values_from(instance)[0].startswith(source), reference
+        assert attributes_values_from(instance)[0] == source, reference
         assert_attributes_as_of(spark, warehouse, events, reference)
 
 

@@ -12,6 +12,7 @@ from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
+from incremental_assets.lib.catalog import ATTRIBUTES
 from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
@@ -191,6 +192,6 @@ def built_under(settings: IncrementalSettings) -> None:
 def attributes_values_from(instance: DagsterInstance) -> list[str]:
     """Where each write of attributes that recomputed keys took their values from (its metadata
     `values_from`, without the version it names), the latest first."""
-    records = instance.fetch_materializations(AssetKey("attributes"), limit=100).records
+    records = instance.fetch_materializations(AssetKey(ATTRIBUTES), limit=100).records
     metadata = [record.asset_materialization.metadata for record in records]
     return [entry["values_from"].value.split(" (")[0] for entry in metadata if "values_from" in entry]

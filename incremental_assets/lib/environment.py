@@ -102,6 +102,9 @@ def run_log_file() -> Path:
     return home_dir() / "logs" / "incremental-assets.log"
 
 
+SQLITE_STORAGE_MODULE = "incremental_assets.lib.instance_storage"
+
+
 def instance_config(home: Path) -> str:
     """Which dagster.yaml is in force in `home`, and where it keeps runs and events: what `setup`
     tells an operator, whose own file is left as it is."""
@@ -112,6 +115,8 @@ def instance_config(home: Path) -> str:
     settings = yaml.safe_load(text) or {}
     if "storage" in settings:
         storage = next(iter(settings["storage"]))
+        if settings["storage"].get("custom", {}).get("module") == SQLITE_STORAGE_MODULE:
+            storage = "sqlite"  # Dagster's files, through the project's storages (lib/instance_storage.py)
     else:  # the older form names each storage's class; runs' stands for the three
         storage = (settings.get("run_storage") or {}).get("class", "sqlite")
     whose = "the project's" if text == (PROJECT_ROOT / "dagster.yaml").read_text() else "its own, left as it is"

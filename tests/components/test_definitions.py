@@ -55,6 +55,7 @@ def test_the_postgres_instance_is_the_projects_with_its_storage_in_postgres():
 
     local, production = (yaml.safe_load((PROJECT_ROOT / name).read_text()) for name in ("dagster.yaml", "dagster.postgres.yaml"))
     storage = production.pop("storage")
+    assert local.pop("storage")["custom"]["module"] == "incremental_assets.lib.instance_storage"
     assert production == local
     assert set(storage) == {"postgres"} and storage["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
 

@@ -7,11 +7,15 @@ first writer: lib/state/settings_plan.py::start_writing)."""
 
 import functools
 import inspect
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from dagster import asset, asset_check, multi_asset
+from dagster import BetaWarning, Output, asset, asset_check, multi_asset
+from dagster._core.definitions.data_version import extract_data_version_from_entry
 from dagster._core.execution.context.compute import current_execution_context
+
+from incremental_assets.lib.delta.spec import Rows
 
 from incremental_assets.lib.catalog import WAREHOUSE_POOL
 from incremental_assets.lib.errors import INTERRUPTED, terminated
@@ -25,12 +29,13 @@ WRITER = {"owners": OWNERS, "hooks": RUN_LOG_HOOKS, "pool": WAREHOUSE_POOL}
 
 def spark_delta_asset(**kwargs):
     """@asset for a Spark job on a Delta table of the warehouse."""
-    return lambda compute: asset(kinds=SPARK_DELTA, **WRITER, **kwargs)(terminated_as_such(compute))
+    return lambda compute: asset(kinds=SPARK_DELTA, **WRITER, **kwargs)(terminated_as_such(unchanged_as_such(compute)))
 
 
 def spark_delta_multi_asset(**kwargs):
     """@multi_asset whose outputs are Delta tables of the warehouse (each out says its kinds)."""
-    return lambda compute: multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)(terminated_as_such(compute))
+    return lambda compute: multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)(
+        terminated_as_such(unchanged_as_such(compute)))
 
 
 def warehouse_check(**kwargs):
@@ -53,6 +58,45 @@ def terminated_as_such(compute: Callable) -> Callable:
         with _terminate_named():
             return compute(*args, **kwargs)
     return step
+
+
+def unchanged_as_such(compute: Callable) -> Callable:
+    """The step `compute`, whose outputs that write nothing (Rows(None): the table stays as it is)
+    keep the data version their table had. Dagster gives every materialization a new one, so the UI
+    marked what reads the table stale ("has a new dependency materialization") after a run that
+    changed no row of it: attributes, after attributes_history alone over unchanged daily_aggregates."""
+    if inspect.isgeneratorfunction(compute):
+        @functools.wraps(compute)
+        def steps(*args, **kwargs):
+            for result in compute(*args, **kwargs):
+                yield _as_its_version(result)
+        return steps
+
+    @functools.wraps(compute)
+    def step(*args, **kwargs):
+        return _as_its_version(compute(*args, **kwargs))
+    return step
+
+
+def _as_its_version(result):
+    """`result`, with its table's latest data version when it writes nothing to an unpartitioned
+    table that has one (a partition's write is each partition's own: left to Dagster)."""
+    value = result.value if isinstance(result, Output) else result
+    if not (value is None or isinstance(value, Rows) and value.frame is None):
+        return result
+    context = current_execution_context.get()  # None outside a run (a direct call)
+    if context is None or context.assets_def.partitions_def is not None:
+        return result
+    name = result.output_name if isinstance(result, Output) else "result"
+    record = context.instance.get_latest_data_version_record(context.asset_key_for_output(name))
+    version = extract_data_version_from_entry(record.event_log_entry) if record else None
+    if version is None:
+        return result
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # Output's data_version is beta in Dagster 1.13
+        if isinstance(result, Output):
+            return Output(value, name, metadata=result.metadata, data_version=version, tags=result.tags)
+        return Output(value, data_version=version)
 
 
 @contextmanager

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterInstance
+from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus, extract_data_version_from_entry
+from dagster._core.loader import LoadingContextForTest
 from deltalake import DeltaTable
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -130,6 +132,43 @@ def test_attributes_alone_behind_their_history_take_every_partial_and_both_ways_
         assert job.execute_in_process(instance=instance).success
         assert attributes_values_from(instance)[0] == source, reference
         assert_attributes_as_of(spark, warehouse, events, reference)
+
+
+def test_a_run_that_writes_no_row_leaves_what_reads_the_table_fresh_on_the_asset_page(spark, warehouse):
+    """Found by looking at the UI: attributes_history materialized alone over unchanged
+    daily_aggregates wrote nothing, yet the asset page marked attributes stale ("has a new
+    dependency materialization"). A write of nothing keeps its table's data version; a write of
+    rows gives it a new one, and what reads it is stale until it runs."""
+    instance, _ = load_and_run(spark, settings(), runs=2)
+
+    def alone(chosen, name):
+        job = build_definitions(chosen).resolve_implicit_global_asset_job_def().get_subset(asset_selection={AssetKey(name)})
+        result = job.execute_in_process(instance=instance)
+        assert result.success
+        [materialization] = result.asset_materializations_for_node(name)
+        return materialization.metadata
+
+    def version(name):
+        return extract_data_version_from_entry(instance.get_latest_data_version_record(AssetKey(name)).event_log_entry)
+
+    def marks(name):
+        resolver = CachingStaleStatusResolver(instance, build_definitions(settings()).resolve_asset_graph(),
+                                              LoadingContextForTest(instance))
+        return resolver.get_status(AssetKey(name)), [cause.reason for cause in resolver.get_stale_causes(AssetKey(name))]
+
+    assert marks(ATTRIBUTES) == (StaleStatus.FRESH, [])
+    written = version(ATTRIBUTES_HISTORY)
+    assert alone(settings(), ATTRIBUTES_HISTORY)["recomputed"].text.startswith("nothing: daily_aggregates unchanged")
+    assert version(ATTRIBUTES_HISTORY) == written
+    assert marks(ATTRIBUTES) == (StaleStatus.FRESH, [])
+
+    later = settings(attributes_reference_date="2024-03-10")  # 7-day values age out: the history changes
+    rewritten = alone(later, ATTRIBUTES_HISTORY)
+    assert rewritten["keys_recomputed"].value > 0 and "written" not in rewritten  # `written`: False alone
+    assert version(ATTRIBUTES_HISTORY) != written
+    assert marks(ATTRIBUTES) == (StaleStatus.STALE, ["has a new dependency materialization"])
+    alone(later, ATTRIBUTES)
+    assert marks(ATTRIBUTES) == (StaleStatus.FRESH, [])
 
 
 def test_late_days_stay_deferred_until_a_backfill_applies_them(spark, warehouse):

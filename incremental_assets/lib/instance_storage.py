@@ -12,13 +12,13 @@ internal `connect`s, and tests/components/test_instance_storage.py holds them eq
 from contextlib import contextmanager
 from functools import lru_cache
 
+from dagster._core.storage.base_storage import DagsterStorage
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     SQLITE_BUSY_TIMEOUT_SECONDS,
     SqliteEventLogStorage,
 )
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.base_storage import DagsterStorage
 from dagster._core.storage.sqlite_storage import (
     DagsterSqliteStorage,
     _event_logs_directory,
@@ -57,18 +57,21 @@ class EventLogKeepingEngines(SqliteEventLogStorage):
                 yield conn
 
 
-class RunStorageKeepingEngines(SqliteRunStorage):
+class _KeptEngineConnect:
+    """The `connect` of Dagster's run and schedule storages (one file each), through its kept engine."""
+
     @contextmanager
     def connect(self):
         with _transaction(kept_engine(self._conn_string)) as conn:
             yield conn
 
 
-class ScheduleStorageKeepingEngines(SqliteScheduleStorage):
-    @contextmanager
-    def connect(self):
-        with _transaction(kept_engine(self._conn_string)) as conn:
-            yield conn
+class RunStorageKeepingEngines(_KeptEngineConnect, SqliteRunStorage):
+    pass
+
+
+class ScheduleStorageKeepingEngines(_KeptEngineConnect, SqliteScheduleStorage):
+    pass
 
 
 class SqliteStorageKeepingEngines(DagsterSqliteStorage):

@@ -1,9 +1,10 @@
 """What every asset that writes the warehouse shares, whoever launches its run: the kinds and
 owners the UI shows, the run-log hooks that close its records, the one-writer pool the run queue
-limits, a Terminate that reads as one, and a write of nothing that keeps the table's data version. The project's jobs, Dagster's own asset job (a UI
-materialization or backfill, `dagster asset materialize`), sensors and declarative automation all
-run the same definitions, so they obey the same contract (the lease itself is taken by a run's
-first writer: lib/state/settings_plan.py::start_writing)."""
+limits, a Terminate that reads as one, and a write of nothing that keeps the table's data version.
+The project's jobs, Dagster's own asset job (a UI materialization or backfill, `dagster asset
+materialize`), sensors and declarative automation all run the same definitions, so they obey the
+same contract (the lease itself is taken by a run's first writer:
+lib/state/settings_plan.py::start_writing)."""
 
 import functools
 import inspect

@@ -117,8 +117,8 @@ def test_the_projects_storage_stores_what_dagsters_stores(tmp_path, monkeypatch)
     assert layout(tmp_path / "project") == layout(tmp_path / "dagster")
 
 
-def layout(home) -> list[tuple[str, ...]]:
-    return sorted(path.relative_to(home).parts[:2] for path in home.rglob("*.db"))
+def layout(root) -> list[tuple[str, ...]]:
+    return sorted(path.relative_to(root).parts[:2] for path in root.rglob("*.db"))
 
 
 @pytest.mark.parametrize("written_by, read_by", [("dagster", "project"), ("project", "dagster")])

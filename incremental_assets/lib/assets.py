@@ -30,58 +30,45 @@ WRITER = {"owners": OWNERS, "hooks": RUN_LOG_HOOKS, "pool": WAREHOUSE_POOL}
 
 def spark_delta_asset(**kwargs):
     """@asset for a Spark job on a Delta table of the warehouse."""
-    return lambda compute: asset(kinds=SPARK_DELTA, **WRITER, **kwargs)(terminated_as_such(unchanged_as_such(compute)))
+    return lambda compute: asset(kinds=SPARK_DELTA, **WRITER, **kwargs)(warehouse_step(compute, _as_its_version))
 
 
 def spark_delta_multi_asset(**kwargs):
     """@multi_asset whose outputs are Delta tables of the warehouse (each out says its kinds)."""
     return lambda compute: multi_asset(hooks=RUN_LOG_HOOKS, pool=WAREHOUSE_POOL, **kwargs)(
-        terminated_as_such(unchanged_as_such(compute)))
+        warehouse_step(compute, _as_its_version))
 
 
 def warehouse_check(**kwargs):
     """@asset_check on a table of the warehouse: a check step can be the one a Terminate lands in."""
-    return lambda compute: asset_check(**kwargs)(terminated_as_such(compute))
+    return lambda compute: asset_check(**kwargs)(warehouse_step(compute))
 
 
-def terminated_as_such(compute: Callable) -> Callable:
+def warehouse_step(compute: Callable, each_result: Callable = lambda result: result) -> Callable:
     """The step `compute`, whose error while its run is being canceled (a Terminate in the UI) says
-    so (lib/errors.terminated; the IO manager does the same for the write)."""
+    so (lib/errors.terminated; the IO manager does the same for the write), and whose every result
+    (each one it yields, or the one it returns) is passed through `each_result`."""
     if inspect.isgeneratorfunction(compute):
         @functools.wraps(compute)
         def steps(*args, **kwargs):
             with _terminate_named():
-                yield from compute(*args, **kwargs)
+                for result in compute(*args, **kwargs):
+                    yield each_result(result)
         return steps
 
     @functools.wraps(compute)
     def step(*args, **kwargs):
         with _terminate_named():
-            return compute(*args, **kwargs)
-    return step
-
-
-def unchanged_as_such(compute: Callable) -> Callable:
-    """The step `compute`, whose outputs that write nothing (Rows(None): the table stays as it is)
-    keep the data version their table had. Dagster gives every materialization a new one, so the UI
-    marked what reads the table stale ("has a new dependency materialization") after a run that
-    changed no row of it: attributes, after attributes_history alone over unchanged daily_aggregates."""
-    if inspect.isgeneratorfunction(compute):
-        @functools.wraps(compute)
-        def steps(*args, **kwargs):
-            for result in compute(*args, **kwargs):
-                yield _as_its_version(result)
-        return steps
-
-    @functools.wraps(compute)
-    def step(*args, **kwargs):
-        return _as_its_version(compute(*args, **kwargs))
+            return each_result(compute(*args, **kwargs))
     return step
 
 
 def _as_its_version(result):
-    """`result`, with its table's latest data version when it writes nothing to an unpartitioned
-    table that has one (a partition's write is each partition's own: left to Dagster)."""
+    """`result`, with its table's latest data version when it writes nothing (Rows(None): the table
+    stays as it is) to an unpartitioned table that has one. Dagster gives every materialization a
+    new one, so the UI marked what reads the table stale ("has a new dependency materialization")
+    after a run that changed no row of it: attributes, after attributes_history alone over unchanged
+    daily_aggregates. A partition's write is each partition's own: left to Dagster."""
     value = result.value if isinstance(result, Output) else result
     if not (value is None or isinstance(value, Rows) and value.frame is None):
         return result

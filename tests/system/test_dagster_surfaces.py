@@ -33,6 +33,7 @@ from incremental_assets.lib.sample.generator import SampleParams
 from incremental_assets.lib.sample.stream import append_hours, generate_stream
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.state.hooks import LIVE
+from incremental_assets.lib.state.records import TO_PROCESS
 from incremental_assets.lib.state.run_log import FAILED, PROCESSED, PROCESSING
 from incremental_assets.lib.state.store import StateStore
 from incremental_assets.lib.utc import utcnow
@@ -123,18 +124,28 @@ def not_yet_stored(spark, source: str) -> set[str]:
     return {row.event_id for row in due.subtract(read_table(spark, StateStore().uri(FILTERED_EVENTS)).select("event_id")).collect()}
 
 
+def day_totals(spark, table: str, events: str | None = None) -> dict:
+    """Events per event_date in `table`: its rows, or the sum of its `events` column."""
+    frame = read_table(spark, StateStore().uri(table)).groupBy("event_date")
+    totals = frame.agg(F.sum(events).alias("n")) if events else frame.agg(F.count("*").alias("n"))
+    return {row.event_date: row.n for row in totals.collect()}
+
+
 def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
     """What a failed assertion about the daemon's runs needs: each run, where it executed and how a
     failed one ended, the source sensor's last ticks, and the worker's last lines."""
     lines = []
-    for run in reversed(instance.get_runs(limit=12)):
-        logs = instance.all_logs(run.run_id)
+    for record in reversed(instance.get_run_records(limit=12)):
+        run, logs = record.dagster_run, instance.all_logs(record.dagster_run.run_id)
         where = run.tags.get(WORKER_TAG) or next((log.message for log in logs if "in its own process" in (log.message or "")), "?")
         why = next((log.message for log in logs if log.dagster_event and log.dagster_event.is_failure), "")
         key = run.tags.get(RUN_KEY_TAG, "no run key")
-        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {key}: {where} {why[:500]}")
-    lines += [f"tick {tick.status.value}: {tick.skip_reason or tick.run_keys or tick.error}"
-              for tick in ticks(instance, "source_events_sensor")[:6]]
+        when = " .. ".join(time.strftime("%H:%M:%S", time.gmtime(t)) if t else "-" for t in (record.start_time, record.end_time))
+        lines.append(f"{run.run_id[:8]} {run.job_name} {run.status.value} {when} {key}: {where} {why[:500]}")
+    lines += [f"{name} tick {time.strftime('%H:%M:%S', time.gmtime(tick.timestamp))} {tick.status.value}: "
+              f"{tick.skip_reason or tick.run_keys or tick.error}"
+              for name in ("source_events_sensor", "daily_partitions_sensor") for tick in ticks(instance, name)[:6]]
+    lines.append(f"daily manifest: {sorted((str(day), status.status) for day, status in StateStore().days().items())}")
     return "\n".join(lines) + "\n" + (tmp_path / "worker.log").read_text()[-2000:]
 
 
@@ -177,13 +188,24 @@ def test_the_daemon_left_alone_launches_nothing_over_a_caught_up_warehouse_then_
             behind.write.format("delta").mode("append").save(source)
 
             def attributes_caught_up():
-                stored = read_table(spark, StateStore().uri("filtered_events")).where(F.col("event_id").startswith("behind-"))
-                latest = instance.get_latest_materialization_event(AssetKey(ATTRIBUTES))
+                """The keyhole run ended, the rows behind the cursor are stored (by it, or by the run of
+                the new hours when their session had an event there too), no day waits, and attributes
+                were written after the last write of daily_aggregates, with nothing in flight."""
                 keyholes = [r for r in instance.get_run_records() if r.dagster_run.tags.get(KEYHOLE_TAG)]
-                ended = keyholes and all(r.end_time for r in keyholes)
-                return ended and stored.count() > 0 and latest and latest.timestamp > max(r.end_time for r in keyholes)
+                if not keyholes or not all(r.end_time for r in keyholes) or instance.get_runs(RunsFilter(statuses=list(LIVE))):
+                    return False
+                stored = read_table(spark, StateStore().uri(FILTERED_EVENTS)).where(F.col("event_id").startswith("behind-"))
+                daily, latest = (instance.get_latest_materialization_event(AssetKey(key)) for key in (DAILY_AGGREGATES, ATTRIBUTES))
+                waiting = [day for day, status in StateStore().days().items() if status.status == TO_PROCESS]
+                return stored.count() > 0 and not waiting and latest and daily and latest.timestamp > daily.timestamp
 
-            wait_for("the keyhole run and attributes after it", attributes_caught_up, 900, told)
+            wait_for("the keyhole run, the rows behind the cursor stored, and attributes after daily_aggregates",
+                     attributes_caught_up, 900, told)
+            behind_days = {row.event_date for row in read_table(spark, StateStore().uri(FILTERED_EVENTS))
+                           .where(F.col("event_id").startswith("behind-")).select("event_date").distinct().collect()}
+            aggregated, stored = day_totals(spark, DAILY_AGGREGATES, "events"), day_totals(spark, FILTERED_EVENTS)
+            assert {day: aggregated.get(day) for day in behind_days} == {day: stored[day] for day in behind_days}, \
+                "daily_aggregates holds every stored event of the days of the rows behind the cursor"
             wait_for("the runs in flight", lambda: not instance.get_runs(RunsFilter(statuses=list(LIVE))), 600, told)
 
             # The worker killed outright (kill -9) in the daemon's run of a new load, in a Spark step

@@ -56,7 +56,7 @@ from incremental_assets.lib.sample.stream import append_hours, generate_stream, 
 from incremental_assets.lib.settings import IncrementalSettings  # noqa: E402
 from incremental_assets.lib.spark import DELTA_VERSION, build_spark_session  # noqa: E402
 from incremental_assets.lib.timings import finished_jobs, seconds_by_name  # noqa: E402
-from measure import cold_spark_start_seconds, floor_write, loaded, users_for  # noqa: E402
+from measure import cold_spark_start_seconds, floor_write, history_hours, loaded, users_for  # noqa: E402
 from report import write_report  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -97,13 +97,14 @@ class Bench:
         return environment.table_uri(environment.ATOMIC_EVENTS)
 
     def stream(self, name: str, days: int, events_per_day: int, shape: str = "dense") -> tuple[str, SampleParams]:
-        """A sample stream of `days` days that ends two days before today (so its next hours are past)."""
+        """A sample stream of `days` days and the next morning (history_hours), started `days` + 2
+        days before today (so its next hours are past)."""
         source = self.warehouse(name)
         params = SampleParams(
             users=users_for(events_per_day, shape), days=days + 10, events_per_day=events_per_day,
             start_date=date.today() - timedelta(days=days + 2), seed=11,
         )
-        generate_stream(self.spark, source, params, hours=days * 24)
+        generate_stream(self.spark, source, params, hours=history_hours(days))
         return source, params
 
     def settings(self, params: SampleParams, **overrides) -> IncrementalSettings:

@@ -19,8 +19,20 @@ RESULTS = Path(__file__).parent / "results"
 EVENTS_PER_USER = {"dense": 50, "site": 7}
 
 
+# A history's loads end at this hour of the day after its last, so the hours a bench appends and
+# times are a working day's: the sample's people are active from 06:00 to 23:00, and an hour after
+# midnight loads a small part of a daytime hour's events (comparisons.md), which runs timed there
+# never meet.
+HISTORY_ENDS_AT_HOUR = 10
+
+
 def users_for(events_per_day: int, shape: str) -> int:
     return max(40, events_per_day // EVENTS_PER_USER[shape])
+
+
+def history_hours(days: int) -> int:
+    """The hours of loads a history of `days` days is built from, its last day's working hours ahead."""
+    return days * 24 + HISTORY_ENDS_AT_HOUR
 
 
 def cold_spark_start_seconds(session_args: str = "") -> float:

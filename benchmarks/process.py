@@ -44,7 +44,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from dagster import DagsterEventType
-from measure import RESULTS, users_for
+from deltalake import DeltaTable
+from measure import RESULTS, history_hours, users_for
 
 from incremental_assets.lib.catalog import DAILY_JOB, INCREMENTAL_JOB
 from incremental_assets.lib.environment import jar_cache_dir
@@ -67,9 +68,9 @@ from incremental_assets.lib.sample.stream import generate_stream
 from incremental_assets.lib.settings import load_settings
 from incremental_assets.lib.spark import build_spark_session
 
-days, per_day, start, users = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sys.argv[3]), int(sys.argv[4])
+days, per_day, start, users, hours = int(sys.argv[1]), int(sys.argv[2]), date.fromisoformat(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 params = SampleParams(users=users, days=days + 10, events_per_day=per_day, start_date=start, seed=11)
-generate_stream(build_spark_session(), environment.table_uri(environment.ATOMIC_EVENTS), params, hours=days * 24)
+generate_stream(build_spark_session(), environment.table_uri(environment.ATOMIC_EVENTS), params, hours=hours)
 assert all(run.success for run in run_until_caught_up(load_settings(), report=lambda line: None))
 """
 FLOOR = """
@@ -87,8 +88,9 @@ floor_write(build_spark_session(small=True), source, after, until, scratch)
 
 def history(root: Path, days: int, events_per_day: int, warehouse: str | None = None,
             store_env: dict[str, str] | None = None, shape: str = "dense") -> dict[str, str]:
-    """A warehouse holding `days` days of processed history (loads ending two days ago, so the
-    hours appended later lie in the past); the environment its commands run in. By default the
+    """A warehouse holding `days` days of processed history and the next morning (history_hours;
+    loads ending two days ago, so the hours appended later lie in the past); the environment its
+    commands run in. By default the
     warehouse is a folder under `root`; an object store's takes its variables in `store_env`."""
     start = date.today() - timedelta(days=days + 2)
     place = root / f"history-{days}"
@@ -103,8 +105,16 @@ def history(root: Path, days: int, events_per_day: int, warehouse: str | None = 
     }
     env.pop("INCREMENTAL_ASSETS_SOURCE", None)
     users = str(users_for(events_per_day, shape))
-    subprocess.run([sys.executable, "-c", SETUP, str(days), str(events_per_day), str(start), users], env=env, check=True)
+    subprocess.run([sys.executable, "-c", SETUP, str(days), str(events_per_day), str(start), users, str(history_hours(days))],
+                   env=env, check=True)
     return env
+
+
+def append_hour(env: dict[str, str]) -> int:
+    """The stream's next hour of loads appended to the history's source: the events it loaded."""
+    subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
+    [commit] = DeltaTable(f"{env['INCREMENTAL_ASSETS_WAREHOUSE']}/atomic_events").history(1)
+    return int(commit["operationMetrics"]["numOutputRows"])
 
 
 def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, floor: bool = True) -> dict:
@@ -113,7 +123,7 @@ def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, f
     whole process."""
     source = f"{env['INCREMENTAL_ASSETS_WAREHOUSE']}/atomic_events"
     loaded_after = read_stream_state(source)[1] if floor else None
-    subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
+    events = append_hour(env)
     if code is not None:  # with this checkout's jars and class archive: another checkout's cache may hold no archive
         env = {**env, "PYTHONPATH": str(code), "INCREMENTAL_ASSETS_JAR_CACHE": str(jar_cache_dir())}
     started = time.perf_counter()
@@ -122,7 +132,8 @@ def one_hour_run(env: dict[str, str], timings: Path, code: Path | None = None, f
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"run failed:\n{done.stdout}\n{done.stderr}")
-    measured = {"seconds": round(seconds, 2), "said": done.stdout.splitlines()[0], **json.loads(timings.read_text())}
+    measured = {"seconds": round(seconds, 2), "events_loaded": events, "said": done.stdout.splitlines()[0],
+                **json.loads(timings.read_text())}
     if floor:
         measured["floor_seconds"] = floor_process(env, source, loaded_after, loaded_after + timedelta(hours=1), timings.parent)
     return measured
@@ -182,8 +193,8 @@ def launched_runs(env: dict[str, str], reps: int, warm: bool) -> tuple[list[dict
         os.environ.update({key: env[key] for key in HISTORY_KEYS})
         with DagsterInstance.get() as instance:
             for _ in range(WARM_UP_PAIRS + reps):
-                subprocess.run([CLI, "generate", "--append-hours", "1"], env=env, check=True, capture_output=True)
-                incremental = launch_and_wait(instance, env, workspace, INCREMENTAL_JOB, {})
+                events = append_hour(env)
+                incremental = {**launch_and_wait(instance, env, workspace, INCREMENTAL_JOB, {}), "events_loaded": events}
                 # then the daily run the daily sensor requests for the days the incremental run marked
                 [(first, last, _)] = daily_runs(StateStore().days(), utcnow().date())
                 daily = launch_and_wait(instance, env, workspace, DAILY_JOB, days_window_tags(first, last))
@@ -227,7 +238,8 @@ def summary(runs: list[dict]) -> dict:
     if "daily_job steps" in runs[0]:  # the step whose cost grew with the history
         medians["median_history_step_seconds"] = round(statistics.median(r["daily_job steps"].get("attributes_history", 0) for r in runs), 2)
     return {"median_seconds": round(statistics.median(r["seconds"] for r in runs), 2), **medians,
-            "seconds": [r["seconds"] for r in runs], "median_run": ordered[len(ordered) // 2]}
+            "seconds": [r["seconds"] for r in runs], "events_loaded": [r.get("events_loaded") for r in runs],
+            "median_run": ordered[len(ordered) // 2]}
 
 
 def launched_summary(first: list[dict], measured: list[dict]) -> dict:

@@ -274,7 +274,7 @@ def whole_process(p: dict) -> list[str]:
         name.removesuffix("_days") for name in histories) + (" --no-launched" if not p.get("one_hour_run_launched") else "") + (
         " --before DIR" if "before" in p else "")
     ratio_key = next(key for key in p if key.startswith("ratio_"))
-    rows = [(f"one-hour run as a process, {name.replace('_', ' ')} of history",
+    rows = [(f"one-hour run as a process, {name.replace('_', ' ')} of history{hours_loaded(h)}",
              runs(h["median_seconds"], h["seconds"]),
              target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS))
             for name, h in histories.items()]
@@ -325,6 +325,12 @@ def whole_process(p: dict) -> list[str]:
     return lines
 
 
+def hours_loaded(h: dict) -> str:
+    """The events each timed hour loaded, as the bench recorded them (none before it did)."""
+    events = [n for n in h.get("events_loaded", []) if n is not None]
+    return f" (hours of {', '.join(f'{n:,}' for n in events)} events)" if events else ""
+
+
 def _unmeasured(p: dict) -> str:
     """The hours each section ran first without measuring them, as the bench recorded them."""
     hours = p.get("unmeasured_hours")
@@ -339,7 +345,7 @@ def launched(figures: dict) -> list[str]:
     for name, h in figures.items():
         days, how = name.split("_days_")
         meets = how == "warm" and h["median_seconds"] <= PROCESS_RUN_MAX_SECONDS
-        rows.append((f"one-hour run launched, {days} days of history, {how.replace('_', ' ')}",
+        rows.append((f"one-hour run launched, {days} days of history, {how.replace('_', ' ')}{hours_loaded(h)}",
                      runs(h["median_seconds"], h["seconds"]), target(f"{PROCESS_RUN_MAX_SECONDS:g} s or less", meets) if how == "warm" else "—"))
         if "median_with_daily_seconds" in h:
             both = h["median_with_daily_seconds"]

@@ -62,3 +62,12 @@ def test_the_hours_a_section_runs_unmeasured_are_the_bench_s_not_the_report_s():
     assert "after 3 hours it does not measure" in said({**measured, "unmeasured_hours": 3})
     assert "after 1 hour it does not measure" in said({**measured, "unmeasured_hours": 1})
     assert "after the hours it does not measure" in said(measured)  # measured before the bench recorded them
+
+
+def test_each_timed_hour_is_shown_with_the_events_it_loaded_once_the_bench_records_them():
+    figures = {"60_days_warm": {"median_seconds": 6.5, "seconds": [6.4, 6.5, 6.9], "events_loaded": [1523, 1611, 98]}}
+    assert report.launched(figures)[4] == (
+        "| one-hour run launched, 60 days of history, warm (hours of 1,523, 1,611, 98 events) | 6.50 s (runs: 6.40, 6.50, 6.90) "
+        "| 10 s or less ✓ |")
+    recorded_before = {"60_days_warm": {"median_seconds": 6.5, "seconds": [6.4, 6.5, 6.9]}}
+    assert report.launched(recorded_before)[4].startswith("| one-hour run launched, 60 days of history, warm | ")

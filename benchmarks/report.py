@@ -301,7 +301,7 @@ def whole_process(p: dict) -> list[str]:
          "right after it: a fresh Python process that starts the session the run's first Spark step starts, reads the "
          "same hour's source rows, appends them once to a Delta table with plain Spark and exits (no Dagster, no state). "
          "Every section below (and the earlier code's runs, with --before) runs on its own copy of the same history, "
-         f"over the same hours, after {_unmeasured(p)} it does not measure. "
+         f"over the same hours, after {_unmeasured(p)} it does not measure{_night(histories)}. "
          f"Command: `{command}`" + (f", measured {p['measured']}" if "measured" in p else "") + ". "
          "The floor moves with the machine: read a run's seconds against the floor measured beside it."),
         "",
@@ -329,6 +329,14 @@ def hours_loaded(h: dict) -> str:
     """The events each timed hour loaded, as the bench recorded them (none before it did)."""
     events = [n for n in h.get("events_loaded", []) if n is not None]
     return f" (hours of {', '.join(f'{n:,}' for n in events)} events)" if events else ""
+
+
+def _night(histories: dict) -> str:
+    """What figures measured before the benches recorded each timed hour's events timed."""
+    if any(h.get("events_loaded") for h in histories.values()):
+        return ""
+    return (" (measured before the benches timed a working day's hours: these are the first hours after midnight, "
+            "when the sample's people are not active and an hour loads a small part of a daytime hour's events)")
 
 
 def _unmeasured(p: dict) -> str:

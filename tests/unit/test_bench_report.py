@@ -71,3 +71,13 @@ def test_each_timed_hour_is_shown_with_the_events_it_loaded_once_the_bench_recor
         "| 10 s or less ✓ |")
     recorded_before = {"60_days_warm": {"median_seconds": 6.5, "seconds": [6.4, 6.5, 6.9]}}
     assert report.launched(recorded_before)[4].startswith("| one-hour run launched, 60 days of history, warm | ")
+
+
+def test_figures_measured_before_the_benches_timed_a_working_days_hours_say_they_are_night_hours():
+    median_run = {"seconds": 20.0, "phases": [], "incremental_job steps": {}}
+    night = {"median_seconds": 20.0, "seconds": [20.0], "median_run": median_run}
+    measured = {"events_per_day": 20_000, "one_hour_run_whole_process": {"7_days": night}, "ratio_7_to_7_days": 1.0}
+    said = lambda numbers: next(line for line in report.whole_process(numbers) if line.startswith("`incremental-assets run`"))
+    assert "the first hours after midnight" in said(measured)
+    day = {**night, "events_loaded": [1779]}
+    assert "after midnight" not in said({**measured, "one_hour_run_whole_process": {"7_days": day}})

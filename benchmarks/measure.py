@@ -21,8 +21,8 @@ EVENTS_PER_USER = {"dense": 50, "site": 7}
 
 # A history's loads end at this hour of the day after its last, so the hours a bench appends and
 # times are a working day's: the sample's people are active from 06:00 to 23:00, and an hour after
-# midnight loads a small part of a daytime hour's events (comparisons.md), which runs timed there
-# never meet.
+# midnight loads a small part of a daytime hour's events (comparisons.md). Runs timed there measure
+# a quiet night, not a site's day.
 HISTORY_ENDS_AT_HOUR = 10
 
 
@@ -31,7 +31,8 @@ def users_for(events_per_day: int, shape: str) -> int:
 
 
 def history_hours(days: int) -> int:
-    """The hours of loads a history of `days` days is built from, its last day's working hours ahead."""
+    """The hours of loads a history of `days` days is built from: its days, then the next day up to
+    HISTORY_ENDS_AT_HOUR."""
     return days * 24 + HISTORY_ENDS_AT_HOUR
 
 

@@ -90,8 +90,8 @@ def history(root: Path, days: int, events_per_day: int, warehouse: str | None = 
             store_env: dict[str, str] | None = None, shape: str = "dense") -> dict[str, str]:
     """A warehouse holding `days` days of processed history and the next morning (history_hours;
     loads ending two days ago, so the hours appended later lie in the past); the environment its
-    commands run in. By default the
-    warehouse is a folder under `root`; an object store's takes its variables in `store_env`."""
+    commands run in. By default the warehouse is a folder under `root`; an object store's takes
+    its variables in `store_env`."""
     start = date.today() - timedelta(days=days + 2)
     place = root / f"history-{days}"
     place.mkdir(parents=True)

@@ -332,7 +332,8 @@ def hours_loaded(h: dict) -> str:
 
 
 def _night(histories: dict) -> str:
-    """What figures measured before the benches recorded each timed hour's events timed."""
+    """The note on figures measured before the benches recorded each timed hour's events: those
+    timed the hours after midnight."""
     if any(h.get("events_loaded") for h in histories.values()):
         return ""
     return (" (measured before the benches timed a working day's hours: these are the first hours after midnight, "

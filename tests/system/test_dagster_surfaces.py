@@ -132,8 +132,9 @@ def day_totals(spark, table: str, events: str | None = None) -> dict:
 
 
 def runs_told(instance: DagsterInstance, tmp_path: Path) -> str:
-    """What a failed assertion about the daemon's runs needs: each run, where it executed and how a
-    failed one ended, the source sensor's last ticks, and the worker's last lines."""
+    """What a failed assertion about the daemon's runs needs: each run, when and where it executed
+    and how a failed one ended, the last ticks of the source and daily sensors, the daily
+    manifest's days, and the worker's last lines."""
     lines = []
     for record in reversed(instance.get_run_records(limit=12)):
         run, logs = record.dagster_run, instance.all_logs(record.dagster_run.run_id)

@@ -369,8 +369,8 @@ def test_a_session_whose_lifecycle_end_reached_its_cap_is_quarantined(spark):
 
 
 @pytest.fixture(scope="module")
-def session_inputs(spark):
-    """session_events' inputs on the load_tstamp cursor: its candidates, the run's sessions, settings."""
+def session_source(spark):
+    """The batch's source rows on the load_tstamp cursor, the run's sessions, their span, settings."""
     settings = IncrementalSettings(start_date="2021-01-01", session_timestamp="load_tstamp", max_session_days=3)
     sessions = frame(spark, LIFECYCLE, [
         ("S1", "U1", t("02 10:00"), t("05 10:00")),
@@ -391,7 +391,29 @@ def session_inputs(spark):
     sessions = sessions.withColumn("lifecycle_end_tstamp", F.col("end_tstamp"))
     span = T.sessions_span(sessions, 3)
     assert (span["sessions"], span["at_cap"], span["lo"], span["hi"]) == (2, 1, t("02 10:00"), t("06 00:00"))
+    return source, sessions, span, settings
+
+
+@pytest.fixture(scope="module")
+def session_inputs(session_source):
+    """session_events' inputs: its candidates, the run's sessions, settings."""
+    source, sessions, span, settings = session_source
     return T.candidate_events(source, settings, span), sessions, settings
+
+
+def test_the_candidates_of_named_sessions_leave_out_the_other_sessions_rows_outside_the_window(spark, session_source, session_events):
+    """Given the run's sessions, the scan keeps their rows and the window's, and drops the rest
+    before classifying it: S9's x1 (03 00:00) is neither; its x2, in the window, stays (the batch
+    counts every row of its window). The run's events are the same either way."""
+    source, sessions, span, settings = session_source
+    source = source.unionByName(events_frame(spark, [event("x2", "05 12:30", domain_sessionid="S9")]))
+    window = (t("05 12:00"), t("05 13:00"))
+    every = T.candidate_events(source, settings, span, window=window)
+    named = T.candidate_events(source, settings, span, window=window, sessions=sessions)
+    assert ids(every) - ids(named) == {"x1"}
+    assert ids(named) == {"a1", "a2", "a3", "a5", "a6", "b1", "x2"}
+    events = T.session_events(named, F.broadcast(sessions), settings)
+    assert sorted(map(Row.asDict, events.collect()), key=str) == sorted(map(Row.asDict, session_events.collect()), key=str)
 
 
 @pytest.fixture(scope="module", params=["every row ranked", "duplicated ids broadcast"])

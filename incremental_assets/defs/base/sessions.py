@@ -51,9 +51,10 @@ SESSIONS_RANKED_WHOLE = 30_000
 # Duplicated ids are broadcast as 64-bit hashes up to a million (tens of MB); more (a whole stream
 # loaded twice) are joined by a shuffle.
 BROADCAST_DUPLICATED_IDS = 1_000_000
-# The run's sessions (about 100 bytes each) are broadcast to the events up to this many: left to
-# Spark's 10 MB threshold, a first backfill's sessions planned a sort-merge join that shuffled every
-# wide event row before adaptive execution made it a broadcast.
+# The run's sessions (about 100 bytes each) are broadcast to the events, and their ids to the
+# source's scan (T.candidate_events), up to this many: left to Spark's 10 MB threshold, a first
+# backfill's sessions planned a sort-merge join that shuffled every wide event row before adaptive
+# execution made it a broadcast.
 BROADCAST_SESSIONS = 500_000
 
 
@@ -236,8 +237,9 @@ def session_batch(plan: RunPlan, lifecycle: Stored, settings: IncrementalSetting
     source = with_optional_columns(read_table(spark.spark_session, source_table_uri()))
     window = None if idle else (limits.lower, limits.upper)  # its every eligible event is accounted for
     erased = tombstones(settings, StateStore(), source.columns)
-    candidates = T.candidate_events(source, settings, span, quarantined, window, erased)
-    sessions_joined = F.broadcast(active) if span["sessions"] <= BROADCAST_SESSIONS else active
+    few = span["sessions"] <= BROADCAST_SESSIONS
+    candidates = T.candidate_events(source, settings, span, quarantined, window, erased, active if few else None)
+    sessions_joined = F.broadcast(active) if few else active
     duplicated = T.duplicated_ids(candidates).cache() if span["sessions"] > SESSIONS_RANKED_WHOLE else None
     if duplicated is not None:  # broadcast, the rows of unique ids are written where they are read, without a shuffle
         duplicated = F.broadcast(duplicated) if duplicated.count() <= BROADCAST_DUPLICATED_IDS else duplicated

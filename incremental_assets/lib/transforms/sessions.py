@@ -323,15 +323,31 @@ def sessions_span(sessions: DataFrame, max_session_days: int):
 
 def candidate_events(
     source: DataFrame, settings: IncrementalSettings, span, quarantined: DataFrame | None = None,
-    window: tuple[datetime, datetime] | None = None, erased: Column | None = None,
+    window: tuple[datetime, datetime] | None = None, erased: Column | None = None, sessions: DataFrame | None = None,
 ) -> DataFrame:
     """The source rows that can be events of this run's sessions (see `sessions_span`), and, given
     the run's window, every row of it too: eligible by the lifecycle's rule (`classify_window`),
-    their session id set."""
+    their session id set. With `sessions` (this run's, few enough to broadcast), the rows of other
+    sessions outside the window are dropped before they are classified: the sessions of an hour's
+    window span days of the source, most of whose rows are other sessions'."""
     lo, hi = candidate_range(span, window)
     rows = source.where(F.lit(False)) if lo is None else in_cursor_range(source, settings, lo, hi)
+    if sessions is not None and lo is not None:
+        rows = _of_sessions_or_window(rows, settings, sessions, window)
     eligible = classify_window(rows, quarantined, settings, erased).where(F.col("drop_reason").isNull())
     return eligible.drop(USER, "drop_reason")
+
+
+def _of_sessions_or_window(
+    rows: DataFrame, settings: IncrementalSettings, sessions: DataFrame, window: tuple[datetime, datetime] | None,
+) -> DataFrame:
+    """The rows of `sessions` (by the session id `classify_window` gives them), and every row of the
+    window (None: none), whatever its session: the batch accounts for each of those."""
+    ids = F.broadcast(sessions.select(F.col(SESSION).alias("_of_run")))
+    keep = F.col("_of_run").isNotNull()
+    if window is not None:
+        keep = keep | _within(F.col(settings.session_timestamp), window)
+    return rows.join(ids, session_id(settings) == F.col("_of_run"), "left").where(keep).drop("_of_run")
 
 
 def candidate_range(span, window: tuple[datetime, datetime] | None) -> tuple[datetime | None, datetime | None]:

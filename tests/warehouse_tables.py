@@ -195,3 +195,39 @@ def attributes_values_from(instance: DagsterInstance) -> list[str]:
     records = instance.fetch_materializations(AssetKey(ATTRIBUTES), limit=100).records
     metadata = [record.asset_materialization.metadata for record in records]
     return [entry["values_from"].value.split(" (")[0] for entry in metadata if "values_from" in entry]
+
+
+RUN_ACCOUNTS = ("asset", "partition", "status", "lower_limit", "upper_limit", "rows", "rows_read", "rows_kept", "skipped")
+
+
+def run_accounts(warehouse: str | Path) -> list[str]:
+    """What a warehouse's runs counted, step by step: windows, rows read, kept, and skipped by reason."""
+    log = DeltaTable(f"{warehouse}/run_log").to_pyarrow_table(columns=list(RUN_ACCOUNTS))
+    return sorted(repr(tuple(row.values())) for row in log.to_pylist())
+
+
+@contextmanager
+def batch_scan(narrowed: bool):
+    """Runs in this process scan the source for their batch narrowed to their sessions and window
+    (as a run whose sessions are few enough to broadcast does), yielding each narrowing's (rows
+    scanned, rows kept); or not narrowed: every row of the sessions' span, as above that bound."""
+    from pytest import MonkeyPatch
+
+    from incremental_assets.defs.base import sessions as batch_step
+    from incremental_assets.lib.transforms import sessions as transforms
+
+    counts: list[tuple[int, int]] = []
+    narrow = transforms._of_sessions_or_window
+
+    def counted(rows, *args):
+        kept = narrow(rows, *args)
+        counts.append((rows.count(), kept.count()))
+        return kept
+
+    with MonkeyPatch.context() as patch:
+        if narrowed:
+            patch.setattr(transforms, "_of_sessions_or_window", counted)
+        else:
+            patch.setattr(batch_step, "BROADCAST_SESSIONS", -1)  # no run's sessions are few enough, none at all included
+            patch.setattr(transforms, "_of_sessions_or_window", None)  # so never narrowed
+        yield counts

@@ -25,7 +25,7 @@ from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import write_events
 from incremental_assets.lib.utc import utcnow
-from tests.warehouse_tables import COMPARED, comparable_tables, scenario_environment
+from tests.warehouse_tables import COMPARED, batch_scan, comparable_tables, run_accounts, scenario_environment
 
 settings.register_profile("ci", max_examples=1, deadline=None, derandomize=True, print_blob=True, suppress_health_check=list(HealthCheck))
 settings.register_profile("soak", max_examples=25, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
@@ -82,3 +82,21 @@ def test_incremental_runs_over_any_batching_equal_one_run_over_all(spark, tmp_pa
     batched = _process(spark, tmp_path_factory.mktemp("batched"), cuts, backfill_limit_days)
     for name in COMPARED:
         assert batched[name] == one_shot[name], f"{name} differs after batches {cuts} (backfill_limit_days={backfill_limit_days})"
+
+
+CUTS = [0, 20, 31, 45, HOURS]  # loads cut mid-day: late rows name sessions that began a day before their window
+
+
+def test_runs_that_scan_their_sessions_rows_equal_runs_that_scan_every_row(spark, tmp_path_factory, one_shot):
+    """The batch's scan narrowed to the run's sessions and window (up to BROADCAST_SESSIONS) and the
+    scan of every row in the sessions' span leave the same tables and count the same rows over the
+    same loads; the narrowing did leave rows out."""
+    by_sessions, every_row = tmp_path_factory.mktemp("narrowed"), tmp_path_factory.mktemp("every-row")
+    with batch_scan(narrowed=True) as narrowings:
+        narrowed_tables = _process(spark, by_sessions, CUTS, 1)
+    assert any(kept < scanned for scanned, kept in narrowings), narrowings
+    with batch_scan(narrowed=False):
+        every_row_tables = _process(spark, every_row, CUTS, 1)
+    for name in COMPARED:
+        assert narrowed_tables[name] == every_row_tables[name] == one_shot[name], name
+    assert run_accounts(by_sessions / "warehouse") == run_accounts(every_row / "warehouse")

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from incremental_assets.cli import main
 from incremental_assets.lib.delta.arrow import from_rows
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
-from tests.warehouse_tables import found_alike_by_checks, read_alike_by_checks
+from tests.warehouse_tables import batch_scan, comparable_tables, found_alike_by_checks, read_alike_by_checks, run_accounts, scenario_environment
 
 REPRO = Path(__file__).resolve().parents[3] / "shared" / "repro" / "daily-write-panic"
 TRIES = 10
@@ -79,3 +80,24 @@ def test_the_exports_tables_as_python_rows_make_the_frames_spark_makes_of_them(s
         assert made.schema == expected.schema == stored.schema, table.name
         as_tuples = lambda frame: sorted(repr(tuple(row)) for row in frame.collect())  # noqa: E731
         assert as_tuples(made) == as_tuples(expected) == sorted(map(repr, rows)), table.name
+
+
+@pytest.mark.skipif(not REPRO.is_dir(), reason=f"{REPRO} is not beside this checkout")
+def test_the_export_a_day_a_run_leaves_the_same_whether_the_batch_scans_its_sessions_rows_or_every_row(spark, tmp_path):
+    """From scratch over the export's own events, a day per run: the batch's scan narrowed to the
+    run's sessions and window (sessions of up to three days, late rows) against the scan of every
+    row of the sessions' span. The same tables, the same counts, and the narrowing left rows out."""
+    left = {}
+    for narrowed in (True, False):
+        root = tmp_path / ("narrowed" if narrowed else "every-row")
+        shutil.copytree(REPRO / "warehouse" / "atomic_events", root / "source")
+        for path in root.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o200)
+        settings = [s for s in SETTINGS if not s.startswith("backfill_limit_days=")] + ["backfill_limit_days=1"]
+        with scenario_environment(root / "wh", root / "source", {}, home=root / "dh"), batch_scan(narrowed) as narrowings:
+            assert main(["run", "--until-caught-up", *[part for s in settings for part in ("--set", s)]]) == 0
+        if narrowed:
+            assert any(kept < scanned for scanned, kept in narrowings), narrowings
+        left[narrowed] = comparable_tables(root / "wh"), run_accounts(root / "wh")
+    assert left[True][0]["filtered_events"] and left[True][0]["sessions"]
+    assert left[True] == left[False]

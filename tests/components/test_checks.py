@@ -181,7 +181,7 @@ def test_interval_violations_name_gaps_overlaps_open_rows_and_repeated_values(sp
 @pytest.mark.parametrize("engine", ENGINES)
 def test_interval_violations_hold_nulls_nans_and_lists_equal_as_spark_does(spark, engine):
     """A value is repeated when both rows hold null, both NaN, or equal lists; a list in another
-    order, or a null beside a value, is a change. Rows of the null key follow each other as one
+    order, or a null beside a value (a null list beside an empty one, a null element beside one), is a change. Rows of the null key follow each other as one
     key; a row without valid_from comes first in its key and is followed by nothing."""
     d = lambda day: date(2021, 1, day)  # noqa: E731
     rows = spark.createDataFrame([
@@ -192,9 +192,12 @@ def test_interval_violations_hold_nulls_nans_and_lists_equal_as_spark_does(spark
         ("a null", d(1), d(2), 1, None, []), ("a null", d(2), None, None, None, []),
         (None, d(1), d(2), 1, 0.5, []), (None, d(2), None, 1, 0.5, []),
         ("no start", None, d(2), 1, 0.5, []), ("no start", d(2), d(1), 2, 0.5, []), ("no start", d(5), None, 3, 0.5, []),
+        ("no list", d(1), d(2), 1, 0.5, None), ("no list", d(2), d(3), 1, 0.5, None), ("no list", d(3), d(4), 1, 0.5, []),
+        ("no list", d(4), d(5), 1, 0.5, ["a", None]), ("no list", d(5), None, 1, 0.5, ["a", "b"]),
     ], "attribute_key string, valid_from date, valid_to date, n int, x double, apps array<string>")
     found = {(row[0], row[1]) for row in found_rows(V.interval_violations(_handed(engine, rows), ["n", "x", "apps"]))}
-    assert found == {("nulls", d(2)), ("nan", d(2)), ("lists", d(4)), (None, d(2)), ("no start", d(2)), ("no start", d(5))}
+    assert found == {("nulls", d(2)), ("nan", d(2)), ("lists", d(4)), (None, d(2)), ("no start", d(2)), ("no start", d(5)),
+                     ("no list", d(2))}
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -152,11 +152,25 @@ def _after(values: pa.Array) -> pa.Array:
 
 
 def _same(left: pa.Array, right: pa.Array) -> pa.Array:
-    """Spark's null-safe equality, row by row: two nulls are the same, as are two NaNs; lists (a
-    unique_list's values) are compared as Python values."""
-    if pa.types.is_nested(left.type):
-        return pa.array([a == b for a, b in zip(left.to_pylist(), right.to_pylist())], pa.bool_())
+    """Spark's null-safe equality, row by row: two nulls are the same, as are two NaNs; two lists
+    (a unique_list's values) when they hold the same elements in the same order."""
+    if pa.types.is_list(left.type) or pa.types.is_large_list(left.type):
+        return _same_lists(left, right)
     same = pc.or_(pc.and_(left.is_null(), right.is_null()), pc.fill_null(pc.equal(left, right), False))
     if pa.types.is_floating(left.type):
         same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(left), pc.is_nan(right)), False))
     return same
+
+
+def _same_lists(left: pa.Array, right: pa.Array) -> pa.Array:
+    """`_same` of two list arrays in Arrow: the rows of equal lengths have their elements lined up
+    (flattened, the same number each), compared by `_same`, and a row is the same unless one of
+    its elements differs."""
+    both_null = pc.and_(left.is_null(), right.is_null())
+    lengths_equal = pc.fill_null(pc.equal(pc.list_value_length(left), pc.list_value_length(right)), False)
+    rows = pc.indices_nonzero(lengths_equal)
+    lined_up = left.take(rows), right.take(rows)
+    differs = pc.invert(_same(lined_up[0].flatten(), lined_up[1].flatten()))
+    same = lengths_equal.to_numpy(zero_copy_only=False).copy()
+    same[rows.take(pc.filter(pc.list_parent_indices(lined_up[0]), differs)).to_numpy()] = False
+    return pc.or_(both_null, pa.array(same))

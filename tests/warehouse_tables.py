@@ -1,5 +1,6 @@
 """The tables of a warehouse, as sorted rows to compare two warehouses that processed the same
-events differently (batched against one-shot, interrupted against uninterrupted)."""
+events differently (batched against one-shot, interrupted against uninterrupted, the batch's
+scan narrowed against a whole one)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from pathlib import Path
 
 from dagster import AssetKey, DagsterInstance
 from deltalake import DeltaTable
+from pytest import MonkeyPatch
 
 from incremental_assets.cli.runner import run_days, run_until_caught_up
+from incremental_assets.defs.base import sessions as batch_step
 from incremental_assets.lib.catalog import ATTRIBUTES
 from incremental_assets.lib.sample.generator import SampleParams, generate_table
 from incremental_assets.lib.sample.stream import STREAM_SCHEMA
 from incremental_assets.lib.settings import IncrementalSettings
 from incremental_assets.lib.source.loader import write_events
+from incremental_assets.lib.transforms import sessions as transforms
 from incremental_assets.lib.utc import utcnow
 
 COMPARED = (
@@ -211,11 +215,6 @@ def batch_scan(narrowed: bool):
     """Runs in this process scan the source for their batch narrowed to their sessions and window
     (as a run whose sessions are few enough to broadcast does), yielding each narrowing's (rows
     scanned, rows kept); or not narrowed: every row of the sessions' span, as above that bound."""
-    from pytest import MonkeyPatch
-
-    from incremental_assets.defs.base import sessions as batch_step
-    from incremental_assets.lib.transforms import sessions as transforms
-
     counts: list[tuple[int, int]] = []
     narrow = transforms._of_sessions_or_window
 

@@ -156,6 +156,8 @@ def _same(left: pa.Array, right: pa.Array) -> pa.Array:
     (a unique_list's values) when they hold the same elements in the same order."""
     if pa.types.is_list(left.type) or pa.types.is_large_list(left.type):
         return _same_lists(left, right)
+    if pa.types.is_nested(left.type):  # a struct or a map (the last value of a user's column): as Python values
+        return pa.array([a == b for a, b in zip(left.to_pylist(), right.to_pylist())], pa.bool_())
     same = pc.or_(pc.and_(left.is_null(), right.is_null()), pc.fill_null(pc.equal(left, right), False))
     if pa.types.is_floating(left.type):
         same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(left), pc.is_nan(right)), False))

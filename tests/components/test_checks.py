@@ -181,8 +181,9 @@ def test_interval_violations_name_gaps_overlaps_open_rows_and_repeated_values(sp
 @pytest.mark.parametrize("engine", ENGINES)
 def test_interval_violations_hold_nulls_nans_and_lists_equal_as_spark_does(spark, engine):
     """A value is repeated when both rows hold null, both NaN, or equal lists; a list in another
-    order, or a null beside a value (a null list beside an empty one, a null element beside one), is a change. Rows of the null key follow each other as one
-    key; a row without valid_from comes first in its key and is followed by nothing."""
+    order, or a null beside a value (a null list beside an empty one, a null element beside one), is
+    a change. Rows of the null key follow each other as one key; a row without valid_from comes
+    first in its key and is followed by nothing."""
     d = lambda day: date(2021, 1, day)  # noqa: E731
     rows = spark.createDataFrame([
         ("nulls", d(1), d(2), None, None, None), ("nulls", d(2), None, None, None, None),

@@ -35,10 +35,14 @@ RUN_RECORDS = {"run_log", "new_event_limits", "table_fingerprints"}
 RUN_COLUMNS = {"run_id", "last_run_id", "updated_at", "last_processed_at", "quarantined_at"}
 
 
-def run_on_a_copy(root: Path, engine: str | None) -> dict[str, list]:
-    shutil.copytree(REPRO / "warehouse", root / "wh")
-    for path in root.rglob("*"):
+def writable_copy(table: Path, to: Path) -> None:
+    shutil.copytree(table, to)
+    for path in to.rglob("*"):
         path.chmod(path.stat().st_mode | 0o200)  # shared/ comes without write bits
+
+
+def run_on_a_copy(root: Path, engine: str | None) -> dict[str, list]:
+    writable_copy(REPRO / "warehouse", root / "wh")
     environ = {**os.environ, "DAGSTER_HOME": str(root / "dh"), "INCREMENTAL_ASSETS_WAREHOUSE": str(root / "wh"),
                "INCREMENTAL_ASSETS_SOURCE": str(root / "wh" / "atomic_events")}
     environ.pop(WRITE_ENGINE_ENV, None)
@@ -87,13 +91,11 @@ def test_the_export_a_day_a_run_leaves_the_same_whether_the_batch_scans_its_sess
     """From scratch over the export's own events, a day per run: the batch's scan narrowed to the
     run's sessions and window (sessions of up to three days, late rows) against the scan of every
     row of the sessions' span. The same tables, the same counts, and the narrowing left rows out."""
+    settings = [s for s in SETTINGS if not s.startswith("backfill_limit_days=")] + ["backfill_limit_days=1"]
     left = {}
     for narrowed in (True, False):
         root = tmp_path / ("narrowed" if narrowed else "every-row")
-        shutil.copytree(REPRO / "warehouse" / "atomic_events", root / "source")
-        for path in root.rglob("*"):
-            path.chmod(path.stat().st_mode | 0o200)
-        settings = [s for s in SETTINGS if not s.startswith("backfill_limit_days=")] + ["backfill_limit_days=1"]
+        writable_copy(REPRO / "warehouse" / "atomic_events", root / "source")
         with scenario_environment(root / "wh", root / "source", {}, home=root / "dh"), batch_scan(narrowed) as narrowings:
             assert main(["run", "--until-caught-up", *[part for s in settings for part in ("--set", s)]]) == 0
         if narrowed:

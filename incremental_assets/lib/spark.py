@@ -107,8 +107,15 @@ DELTA_CONF = {
 }
 
 # The throughput collector: a run is a batch of CPU-bound scans and writes, not a service whose
-# pauses matter.
-JAVA_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+# pauses matter. The optimising compiler (C2) takes only code that stays hot (the JVM's counts of
+# calls and loop iterations raised four- to tenfold): on two cores its compilations of code that
+# ran a while, then no more, took CPU from the run's own threads and paid nothing back
+# (benchmarks/comparisons.md).
+HOT_CODE_ONLY = (
+    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+    "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=400000"
+)
+JAVA_OPTIONS = f"-Duser.timezone=UTC -XX:+UseParallelGC {HOT_CODE_ONLY}"
 # A driver started for a small step (up to SMALL_STEP_ROWS) compiles with the quick compiler (C1)
 # only: the optimising one (C2) took about half the CPU of such a run in its own process and paid
 # nothing back before it ended, while both cores were busy with the run. A run of days, or of

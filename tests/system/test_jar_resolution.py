@@ -16,6 +16,7 @@ from incremental_assets.lib.spark import (
     CLASS_ARCHIVE_ENV,
     DELTA_JARS,
     DELTA_VERSION,
+    HOT_CODE_ONLY,
     QUICK_JIT,
     JarSet,
     class_archive,
@@ -127,6 +128,18 @@ def test_only_a_driver_started_for_a_small_step_compiles_with_c1_alone():
     assert QUICK_JIT in driver_conf(small=True)["spark.driver.extraJavaOptions"].split()
     assert QUICK_JIT not in driver_conf()["spark.driver.extraJavaOptions"]
     assert QUICK_JIT not in driver_conf(small=True)["spark.executor.extraJavaOptions"], "a cluster's executors keep C2"
+
+
+def test_the_optimising_compiler_of_every_jvm_takes_only_hot_code(spark):
+    """The thresholds are in effect in the driver spark-submit started (the test process's), and
+    go to a cluster's executors too."""
+    jvm = spark.sparkContext._jvm
+    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    for option in HOT_CODE_ONLY.split():
+        name, value = option.removeprefix("-XX:").split("=")
+        assert diagnostics.getVMOption(name).getValue() == value, name
+    assert HOT_CODE_ONLY in driver_conf(small=True)["spark.executor.extraJavaOptions"]
 
 
 def test_a_driver_without_the_archive_starts_without_the_option(monkeypatch):

@@ -17,7 +17,8 @@ from incremental_assets.lib.settings import IncrementalSettings
 from tests.pipeline.test_attributes_history import events, history_rows, oracle, valid_on
 from tests.warehouse_tables import scenario_environment
 
-PARAMS = SampleParams(users=3000, days=30, events_per_day=6000, start_date=date(2024, 3, 1), seed=29, late_share=0.3)
+PARAMS = SampleParams(users=3000, days=30, events_per_day=6000, start_date=date(2024, 3, 1), seed=29, late_share=0.3,
+                      bot_share=0.01)
 LOADED = (18, 22, 26, 30)  # the stream's days loaded by each run (a run at the start of the next day)
 LAST = date(2024, 4, 8)  # a week past the stream's end: every 7-day value has aged out
 

@@ -113,14 +113,36 @@ def test_rows_follow_the_schema_and_load_hours(events):
     assert [row["load_tstamp"] for row in events] == sorted(row["load_tstamp"] for row in events)
 
 
-@pytest.mark.parametrize(
-    "params", [PARAMS, SampleParams(users=533, events_per_day=20_000, start_date=START)], ids=["default", "large"]
-)
+@pytest.mark.parametrize("params", [
+    PARAMS,
+    SampleParams(users=533, events_per_day=20_000, start_date=START),
+    # a real site's shapes: thousands of users with a few events each (the benches', the oracle test's)
+    SampleParams(users=2857, events_per_day=20_000, start_date=START),
+    SampleParams(users=3000, events_per_day=6000, start_date=START, bot_share=0.01),
+], ids=["default", "large", "site", "sparse site"])
 def test_volume_is_about_events_per_day(params):
+    """Findings: at 3,000 users every session kept its first page whole whatever its budget, and the
+    days held 1.5 times the volume asked for at 20,000 a day, 4.9 times at 6,000."""
     per_day = pc.value_counts(table(params, 0, 5 * 24)["load_date"]).field("counts").to_pylist()
     assert len(per_day) == 5
     for count in per_day:
         assert 0.8 * params.events_per_day <= count <= 1.2 * params.events_per_day
+    assert 0.9 * params.events_per_day <= sum(per_day[1:]) / 4 <= 1.1 * params.events_per_day  # the first day fills up
+
+
+def test_at_a_sparse_site_users_come_back_on_some_days():
+    """Over ten days of a month-long stream: most users are seen, each on a few of the days."""
+    params = SampleParams(users=3000, days=30, events_per_day=6000, start_date=START, bot_share=0.01)
+    rows = table(params, 10 * 24, 20 * 24).select(["domain_userid", "load_date"])
+    user_days = rows.group_by(["domain_userid", "load_date"]).aggregate([])
+    days_each = user_days.group_by("domain_userid").aggregate([("load_date", "count")])["load_date_count"]
+    assert len(days_each) > 0.6 * params.users
+    assert 1.5 < pc.mean(days_each).as_py() < 4  # of 10
+
+
+def test_more_bots_than_the_volume_holds_are_refused_by_name():
+    with pytest.raises(ValueError, match="events_per_day must be more than the bots send .* lower bot_share"):
+        SampleParams(users=3000, events_per_day=6000)  # 150 bots, about 48 events a day each
 
 
 def test_timestamps_chain_from_device_to_load(events):

@@ -93,6 +93,11 @@ _LOAD_DELAY = {None: (timedelta(seconds=2), timedelta(minutes=5)), LATE_LOAD: (L
 _ACTIVE_FROM = time(6)
 _ACTIVE_SPAN = timedelta(hours=17)
 _SESSIONS_WEIGHTS = (2, 3, 3, 2, 1)  # of 0, 1, 2, 3 and 4 sessions a day
+# A human session keeps its first page whole whatever its budget (the view, a web page's pings while
+# it is open, now and then a custom event): budgets drawn around fewer events than this hold more on
+# average (measured on the generator's own streams). Below it, a day's volume is met by users coming
+# back on fewer days, not by shorter sessions.
+_SESSION_EVENTS_AT_LEAST = 6.5
 _DWELL = (timedelta(seconds=5), timedelta(minutes=3))
 _SESSION_END_MARGIN = timedelta(minutes=5)  # > the longest dwell: the last page ends in time
 _PING_EVERY = (timedelta(seconds=10), timedelta(seconds=30))
@@ -173,6 +178,12 @@ class SampleParams:
         _check_range("duplicate_share", self.duplicate_share, 0, MAX_DUPLICATE_SHARE)
         _check_range("bot_share", self.bot_share, 0, MAX_BOT_SHARE)
         _check_range("seed", self.seed, 0, 2**63 - 1, integer=True)
+        if self.human_rows <= 0:
+            raise ValueError(
+                f"events_per_day must be more than the bots send ({len(self.bot_users)} bots of bot_share "
+                f"{self.bot_share}, about {round(_BOT_EVENTS_PER_DAY)} events a day each): lower bot_share or raise "
+                f"events_per_day, got {self.events_per_day}"
+            )
         if self.start_date is None:
             object.__setattr__(self, "start_date", datetime.now(timezone.utc).date() - timedelta(days=self.days))
         elif isinstance(self.start_date, datetime) or not isinstance(self.start_date, date):
@@ -186,6 +197,18 @@ class SampleParams:
     @property
     def human_users(self) -> range:
         return range(self.bot_users.start)
+
+    @property
+    def human_rows(self) -> float:
+        """The rows a day holds from humans: the day's volume less the duplicates' and the bots'."""
+        return self.events_per_day / (1 + self.duplicate_share) - len(self.bot_users) * _BOT_EVENTS_PER_DAY
+
+    @property
+    def coming_back(self) -> float:
+        """The share of a human user's days with sessions kept: below 1 when sessions of the least
+        length on every day drawn would exceed the day's volume (many users, few events each)."""
+        sessions = len(self.human_users) * sum(n * w for n, w in enumerate(_SESSIONS_WEIGHTS)) / sum(_SESSIONS_WEIGHTS)
+        return min(1.0, self.human_rows / max(sessions * _SESSION_EVENTS_AT_LEAST, 1.0))
 
     @property
     def start(self) -> datetime:
@@ -283,8 +306,13 @@ def _profiles(seed: int, users: int) -> pa.RecordBatch:
 
 def _session_counts(params: SampleParams, day: date) -> pa.Int64Array:
     """Sessions of each human user on a day, from the day's own stream so that domain_sessionidx
-    (the sessions before) is cheap to know."""
-    return _pick(_Draws(params.seed, day, "sessions").uniform(len(params.human_users)), _SESSIONS_WEIGHTS)
+    (the sessions before) is cheap to know. At a site of many users with a few events each, a user
+    has none on the days they do not come back (a stream of its own: the others stay as they were)."""
+    counts = _pick(_Draws(params.seed, day, "sessions").uniform(len(params.human_users)), _SESSIONS_WEIGHTS)
+    if params.coming_back < 1:
+        away = pc.greater_equal(_Draws(params.seed, day, "coming back").uniform(len(counts)), params.coming_back)
+        counts = pc.if_else(away, 0, counts)
+    return counts
 
 
 def _human_sessions(
@@ -320,8 +348,7 @@ def _session_events_target(params: SampleParams, sessions: int) -> float:
 
     Spread over the day's actual sessions, so that busy and quiet days hold about the same volume.
     """
-    human_rows = params.events_per_day / (1 + params.duplicate_share) - len(params.bot_users) * _BOT_EVENTS_PER_DAY
-    return max(human_rows / max(sessions, 1), 1.0)
+    return max(params.human_rows / max(sessions, 1), 1.0)
 
 
 def _bot_sessions(params: SampleParams, day: date, draws: _Draws, profiles: pa.RecordBatch) -> pa.RecordBatch:

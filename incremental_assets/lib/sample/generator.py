@@ -97,7 +97,7 @@ _SESSIONS_WEIGHTS = (2, 3, 3, 2, 1)  # of 0, 1, 2, 3 and 4 sessions a day
 # it is open, now and then a custom event): budgets drawn around fewer events than this hold more on
 # average (measured on the generator's own streams). Below it, a day's volume is met by users coming
 # back on fewer days, not by shorter sessions.
-_SESSION_EVENTS_AT_LEAST = 6.5
+_SESSION_BUDGET_AT_LEAST = 6.5
 _DWELL = (timedelta(seconds=5), timedelta(minutes=3))
 _SESSION_END_MARGIN = timedelta(minutes=5)  # > the longest dwell: the last page ends in time
 _PING_EVERY = (timedelta(seconds=10), timedelta(seconds=30))
@@ -205,10 +205,10 @@ class SampleParams:
 
     @property
     def coming_back(self) -> float:
-        """The share of a human user's days with sessions kept: below 1 when sessions of the least
-        length on every day drawn would exceed the day's volume (many users, few events each)."""
+        """The share of a human user's days with sessions kept: below 1 when a session's budget on
+        every day drawn would fall under the least it can hold (many users, few events each)."""
         sessions = len(self.human_users) * sum(n * w for n, w in enumerate(_SESSIONS_WEIGHTS)) / sum(_SESSIONS_WEIGHTS)
-        return min(1.0, self.human_rows / max(sessions * _SESSION_EVENTS_AT_LEAST, 1.0))
+        return min(1.0, self.human_rows / max(sessions * _SESSION_BUDGET_AT_LEAST, 1.0))
 
     @property
     def start(self) -> datetime:

@@ -615,3 +615,36 @@ def test_a_run_that_writes_nothing_keeps_the_tables_columns_and_rows(spark, spar
     assert kept["written"] is False and "delta_version" not in kept
     assert kept["dagster/row_count"] == written["dagster/row_count"] == 2
     assert kept["dagster/column_schema"] == written["dagster/column_schema"]
+
+
+def test_the_batch_is_received_as_stored_read_by_deltalake_when_small_and_by_spark_otherwise(spark, warehouse, monkeypatch):
+    """The incremental assets receive the run's batch (BatchHandler.load) as Spark's Delta reader
+    reads it, schema and rows: the sample stream's events, with the generator's every anomaly. A
+    small one is read by deltalake (no scan of Delta files in its plan); a big one by Spark."""
+    from datetime import timedelta
+
+    from incremental_assets.lib.delta import read as read_module
+    from incremental_assets.lib.delta.io_manager import TableSlice
+    from incremental_assets.lib.delta.spec import TableSpec
+    from incremental_assets.lib.incremental.batch import BatchHandler, Found, RunBatch
+    from incremental_assets.lib.incremental.limits import RunLimits, RunState
+    from incremental_assets.lib.sample.generator import SampleParams, generate_table
+    from incremental_assets.lib.sample.stream import STREAM_SCHEMA
+
+    params = SampleParams(users=6, days=2, events_per_day=120, start_date=date(2024, 3, 1), bot_share=0.2, seed=5)
+    events = spark.createDataFrame(generate_table(params, params.start, params.start + timedelta(days=2)), STREAM_SCHEMA)
+    table = TableSlice("events_this_run", f"{warehouse}/events_this_run", TableSpec.of(delta_table("replace", stats_columns=[])),
+                       None, "run-1")
+    limits = RunLimits(RunState.STANDARD, datetime(2024, 3, 1), datetime(2024, 3, 3), datetime(2024, 3, 3))
+    found = Found(events.count(), datetime(2024, 3, 3), 0)
+    BatchHandler().store(None, table, RunBatch(events, limits, None, found, "collector_tstamp", "run-1"), lambda: spark)
+    stored = read_table(spark, table.uri)
+    expected = sorted(map(repr, stored.collect()))
+    assert len(expected) == found.events > 100
+    for small in (True, False):
+        monkeypatch.setattr(read_module, "is_small", lambda rows, small=small: small)
+        received = BatchHandler().load(None, table, lambda: spark).events
+        assert received.schema == stored.schema, small
+        assert sorted(map(repr, received.collect())) == expected, small
+        plan = received._jdf.queryExecution().executedPlan().toString()
+        assert ("FileScan" not in plan) == small, plan

@@ -38,11 +38,11 @@ def naming(keys: DataFrame, column: str, count: int) -> list[tuple]:
     return [(column, "in", [row[column] for row in keys.select(column).collect()])]
 
 
-def read_just_written(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> DataFrame:
-    """`columns` of the table's rows that `filters` keeps, as a Spark DataFrame: read_to_check's
-    rows, handed to Spark when deltalake read them."""
+def read_just_written(spark: SparkSession, uri: str, columns: list[str] | None = None, filters: list[tuple] | None = None) -> DataFrame:
+    """`columns` (None: every column, in the log's order) of the table's rows that `filters` keeps,
+    as a Spark DataFrame: read_to_check's rows, handed to Spark when deltalake read them."""
     table, rows = _read(spark, uri, columns, filters)
-    return rows if isinstance(rows, DataFrame) else to_spark(spark, rows, _spark_schema(table, columns))
+    return rows if isinstance(rows, DataFrame) else to_spark(spark, rows, _spark_schema(table, rows.column_names))
 
 
 def read_to_check(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None = None) -> pa.Table | DataFrame:
@@ -52,7 +52,7 @@ def read_to_check(spark: SparkSession, uri: str, columns: list[str], filters: li
     return _read(spark, uri, columns, filters)[1]
 
 
-def _read(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple] | None) -> tuple[deltalake.DeltaTable, pa.Table | DataFrame]:
+def _read(spark: SparkSession, uri: str, columns: list[str] | None, filters: list[tuple] | None) -> tuple[deltalake.DeltaTable, pa.Table | DataFrame]:
     """What a check reads of a table a step has just committed ((column, op, value) filters with
     in, >= or <: on a partition column they skip files, on another they keep rows). A small read
     (by the log's record counts) goes through deltalake: Spark's Delta reader would first build
@@ -66,6 +66,7 @@ def _read(spark: SparkSession, uri: str, columns: list[str], filters: list[tuple
     if unknown:  # refused whichever path the read's size takes
         raise ValueError(f"read_just_written: no filter {unknown}; it takes {sorted(_SPARK_FILTERS)}")
     table = require_table(uri)
+    columns = columns or [field.name for field in table.schema().fields]
     files = data_files(table)
     partitioned = set(table.metadata().partition_columns)
     pruning = [(f"partition.{column}", op, value) for column, op, value in filters if column in partitioned]

@@ -413,7 +413,7 @@ def test_a_small_append_or_replace_by_deltalake_leaves_what_sparks_write_leaves(
 ])
 def test_a_small_write_is_bounded_by_its_cells_not_its_rows(spark, warehouse, columns, bound, engine):
     """The rows deltalake writes are held in Python, and their bytes grow with their columns: the
-    bound is on rows times columns (SMALL_WRITE_CELLS, 4,000,000)."""
+    bound is on rows times columns (arrow.HELD_CELLS, 4,000,000)."""
     uri = f"{warehouse}/cells"
     rows = spark.range(3).select(*(F.col("id").alias(f"c{i}") for i in range(columns)))
     result = write(spark, rows, WriteRequest(uri, WriteMode.APPEND, rows_at_most=bound))
@@ -619,11 +619,12 @@ def test_a_run_that_writes_nothing_keeps_the_tables_columns_and_rows(spark, spar
 
 def test_the_batch_is_received_as_stored_read_by_deltalake_when_small_and_by_spark_otherwise(spark, warehouse, monkeypatch):
     """The incremental assets receive the run's batch (BatchHandler.load) as Spark's Delta reader
-    reads it, schema and rows: the sample stream's events, with the generator's every anomaly. A
-    small one is read by deltalake (no scan of Delta files in its plan); a big one by Spark."""
+    reads it, schema and rows: the sample stream's events, with the generator's every anomaly. One
+    whose cells may be held in Python is read by deltalake (no scan of Delta files in its plan);
+    one cell more, by Spark."""
     from datetime import timedelta
 
-    from incremental_assets.lib.delta import read as read_module
+    from incremental_assets.lib.delta import arrow
     from incremental_assets.lib.delta.io_manager import TableSlice
     from incremental_assets.lib.delta.spec import TableSpec
     from incremental_assets.lib.incremental.batch import BatchHandler, Found, RunBatch
@@ -641,8 +642,9 @@ def test_the_batch_is_received_as_stored_read_by_deltalake_when_small_and_by_spa
     stored = read_table(spark, table.uri)
     expected = sorted(map(repr, stored.collect()))
     assert len(expected) == found.events > 100
-    for small in (True, False):
-        monkeypatch.setattr(read_module, "is_small", lambda rows, small=small: small)
+    cells = len(expected) * len(stored.columns)
+    for held_cells, small in ((arrow.HELD_CELLS, True), (cells - 1, False)):
+        monkeypatch.setattr(arrow, "HELD_CELLS", held_cells)
         received = BatchHandler().load(None, table, lambda: spark).events
         assert received.schema == stored.schema, small
         assert sorted(map(repr, received.collect())) == expected, small

@@ -22,10 +22,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+# Up to this many cells (rows times columns), rows are held in the driver's Python as Arrow on their
+# way between Spark and deltalake (a small write collected for deltalake, a small read handed to
+# Spark). A cell takes about 20 bytes in Arrow (17 in the sample's 18 columns, 22 in a real export's
+# 147), so about 80 MB, small beside the driver's memory. Counted in cells, not rows: an hourly
+# batch of the sample's columns is held, a real export's wide rows 27 thousand at most
+# (benchmarks/comparisons.md: "The small writes' bound in cells").
+HELD_CELLS = 4_000_000
+
 _OFFSET_BYTES = {
     pa.types.is_string: 4, pa.types.is_binary: 4, pa.types.is_list: 4, pa.types.is_map: 4,
     pa.types.is_large_string: 8, pa.types.is_large_binary: 8, pa.types.is_large_list: 8,
 }
+
+
+def held(rows: int | None, columns: int) -> bool:
+    """Whether `rows` (at most; None: not known) of `columns` may be held in the driver's Python."""
+    return rows is not None and rows * columns <= HELD_CELLS
 
 
 def collect(df: DataFrame) -> pa.Table:

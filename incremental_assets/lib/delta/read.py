@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.arrow import from_rows, to_spark
+from incremental_assets.lib.delta.arrow import from_rows, held, to_spark
 from incremental_assets.lib.delta.log import _partition_counts, counted_rows, data_files, dataset_of, reading, scan, split_filters, stored_table
 from incremental_assets.lib.delta.spec import DeltaWriteError, Window
 from incremental_assets.lib.spark import is_small
@@ -55,9 +55,10 @@ def read_to_check(spark: SparkSession, uri: str, columns: list[str], filters: li
 def _read(spark: SparkSession, uri: str, columns: list[str] | None, filters: list[tuple] | None) -> tuple[deltalake.DeltaTable, pa.Table | DataFrame]:
     """What a check reads of a table a step has just committed ((column, op, value) filters with
     in, >= or <: on a partition column they skip files, on another they keep rows). A small read
-    (by the log's record counts) goes through deltalake: Spark's Delta reader would first build
-    its snapshot of the version deltalake has just committed, skip files by their statistics and
-    plan the scan, which cost a warm run more than the check's own jobs (benchmarks/comparisons.md).
+    (by the log's record counts, in rows and in cells: arrow.held) goes through deltalake: Spark's
+    Delta reader would first build its snapshot of the version deltalake has just committed, skip
+    files by their statistics and plan the scan, which cost a warm run more than the check's own
+    jobs (benchmarks/comparisons.md).
     A larger read that names keys (`in` on a column other than a partition's) is scanned in Arrow
     batch by batch, keeping the rows named, while they stay few. Any other read, or one the log
     cannot count, is Spark's."""
@@ -74,7 +75,8 @@ def _read(spark: SparkSession, uri: str, columns: list[str] | None, filters: lis
         files = files.filter(filters_to_expression(pruning))
     read = columns + [column for column, _, _ in filters if column not in columns]
     rows = None
-    if is_small(counted_rows(files)):
+    counted = counted_rows(files)
+    if is_small(counted) and held(counted, len(read)):
         rows = _read_small(uri, table, read, filters, partitioned)
     elif any(op == "in" and column not in partitioned for column, op, _ in filters):
         rows = _named_rows(uri, table, read, filters, partitioned)

@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.arrow import collect, no_rows, whole_offsets
+from incremental_assets.lib.delta.arrow import collect, held, no_rows, whole_offsets
 from incremental_assets.lib.delta.log import (
     NOTE_PROPERTY, data_files, filesystem_of, rows_deleted_by, stored_schema, stored_table, table_exists,
 )
@@ -44,15 +44,9 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
-# Up to this many cells (rows times columns), an append or a replace (whole, or of a partition
-# window) is collected and committed by deltalake: Spark's Delta write costs a job, a commit and a
-# snapshot update, where the collected rows take milliseconds. They are held in the driver's Python
-# while written, so the bound stays where that memory is small beside the driver's: a cell takes
-# about 20 bytes in Arrow (17 in the sample's 18 columns, 22 in a real export's 147), so about 80 MB.
-# Counted in cells, not rows: an hourly run's batch of the sample's columns, bounded by the source's
-# rows its sessions span, is deltalake's, and a real export's wide rows are held 27 thousand at most
-# (benchmarks/comparisons.md: "The small writes' bound in cells").
-SMALL_WRITE_CELLS = 4_000_000
+# An append or a replace (whole, or of a partition window) whose rows may be held in the driver's
+# Python (arrow.held) is collected and committed by deltalake: Spark's Delta write costs a job, a
+# commit and a snapshot update, where the collected rows take milliseconds.
 
 
 # The operation of a write that committed nothing: the table is at the version it was.
@@ -176,7 +170,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         kind = partition_kind(df, window.column, uri)
         replaced = None if stored is None or emptied else (window, kind)  # no stored row: the rows are the table
     appends = mode is WriteMode.APPEND and not emptied
-    if rows_at_most is not None and rows_at_most * len(df.columns) <= SMALL_WRITE_CELLS:
+    if held(rows_at_most, len(df.columns)):
         # the rows a window's replace deletes, counted as Spark's replaceWhere counts them
         deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
         return _write_small(collect(df), stored, request, appends, replaced, deleted)

@@ -53,12 +53,12 @@ def read_to_check(spark: SparkSession, uri: str, columns: list[str], filters: li
 
 
 def _read(spark: SparkSession, uri: str, columns: list[str] | None, filters: list[tuple] | None) -> tuple[deltalake.DeltaTable, pa.Table | DataFrame]:
-    """What a check reads of a table a step has just committed ((column, op, value) filters with
-    in, >= or <: on a partition column they skip files, on another they keep rows). A small read
-    (by the log's record counts, in rows and in cells: arrow.held) goes through deltalake: Spark's
-    Delta reader would first build its snapshot of the version deltalake has just committed, skip
-    files by their statistics and plan the scan, which cost a warm run more than the check's own
-    jobs (benchmarks/comparisons.md).
+    """What a check, or a later step of the run, reads of a table a step has just committed
+    ((column, op, value) filters with in, >= or <: on a partition column they skip files, on
+    another they keep rows). A small read (by the log's record counts, in rows and in cells:
+    arrow.held) goes through deltalake: Spark's Delta reader would first build its snapshot of the
+    version deltalake has just committed, skip files by their statistics and plan the scan, which
+    cost a warm run more than the check's own jobs (benchmarks/comparisons.md).
     A larger read that names keys (`in` on a column other than a partition's) is scanned in Arrow
     batch by batch, keeping the rows named, while they stay few. Any other read, or one the log
     cannot count, is Spark's."""

@@ -44,9 +44,6 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # Up to this many rows, a MERGE into an existing table is collected and done by deltalake: an hourly
 # run's few changed sessions merge in milliseconds, where Spark's MERGE costs several jobs and seconds.
 SMALL_MERGE_ROWS = 20_000
-# An append or a replace (whole, or of a partition window) whose rows may be held in the driver's
-# Python (arrow.held) is collected and committed by deltalake: Spark's Delta write costs a job, a
-# commit and a snapshot update, where the collected rows take milliseconds.
 
 
 # The operation of a write that committed nothing: the table is at the version it was.
@@ -171,7 +168,9 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         replaced = None if stored is None or emptied else (window, kind)  # no stored row: the rows are the table
     appends = mode is WriteMode.APPEND and not emptied
     if held(rows_at_most, len(df.columns)):
-        # the rows a window's replace deletes, counted as Spark's replaceWhere counts them
+        # Collected and committed by deltalake: Spark's Delta write costs a job, a commit and a
+        # snapshot update, where the rows held in Python take milliseconds. The rows a window's
+        # replace deletes are counted as Spark's replaceWhere counts them.
         deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
         return _write_small(collect(df), stored, request, appends, replaced, deleted)
     if replaced is not None:

@@ -813,3 +813,19 @@ def test_a_lookup_takes_its_day_in_utc_whatever_the_sessions_time_zone(spark, hi
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     assert looked[0] == looked[1] == [(1, 2, 2, "/b", 2), (2, 4, 2, "/c", 2)]
     assert sorted((r.example, *tuple(r)[3:]) for r in as_of_day_before(dates, history, key="user", at="timestamp").collect()) == looked[0]
+
+
+def test_current_attributes_type_a_list_as_attributes_from_daily_does_whatever_the_history_stored(spark):
+    """attributes_history may store a list's elements as nullable (deltalake's writes did); the
+    current attributes hold the same list, typed as the partials make it (no null element): Spark's
+    MERGE into attributes casts no list of nullable elements into a column of non-null ones."""
+    specs = parse_attributes([{"name": "apps", "aggregation": "unique_list", "property": "app_id"}])
+    schema = "attribute_key string, valid_from date, valid_to date, apps array<string>"  # elements nullable
+    history = spark.createDataFrame([("U1", date(2021, 1, 1), date(2021, 1, 3), ["web"]), ("U1", date(2021, 1, 3), None, ["tv", "web"]),
+                                     ("U2", date(2021, 1, 2), None, [])], schema)
+    assert history.schema["apps"].dataType.containsNull
+    current = current_attributes(history, spark.createDataFrame([("U1",), ("U2",)], "attribute_key string"), specs)
+    daily = daily_of(spark, [("U1", "page_view", t("01 10:00"), "/a", "web")])
+    assert current.schema["apps"].dataType == attributes_from_daily(daily, specs, THROUGH).schema["apps"].dataType
+    assert not current.schema["apps"].dataType.containsNull
+    assert sorted(map(tuple, current.collect())) == [("U1", ["tv", "web"]), ("U2", [])]

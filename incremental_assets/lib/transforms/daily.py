@@ -108,9 +108,17 @@ def attributes_from_daily(daily: DataFrame, specs: list[AttributeSpec], referenc
 def current_attributes(history: DataFrame, keys: DataFrame, specs: list[AttributeSpec]) -> DataFrame:
     """The attributes of `keys` (attribute_key) from attributes_history built through the reference
     day: each key's open interval, whose values are those as of that day by the same combination
-    (§7.5), so they cost the keys, not their days of history. A key with no interval has no row."""
+    (§7.5), so they cost the keys, not their days of history. A key with no interval has no row.
+    A list holds no null (collect_set drops them) and is typed so, as attributes_from_daily types
+    it: the history may store its elements as nullable, and Spark's MERGE into attributes casts no
+    list of nullable elements into a column of non-null ones."""
     current = history.where(F.col(VALID_TO).isNull()).join(F.broadcast(keys.select("attribute_key")), "attribute_key")
-    return current.select("attribute_key", *[spec.name for spec in specs])
+    return current.select("attribute_key", *[_as_computed(spec) for spec in specs])
+
+
+def _as_computed(spec: AttributeSpec) -> Column:
+    column = F.col(spec.name)
+    return F.array_compact(column).alias(spec.name) if spec.aggregation == "unique_list" else column
 
 
 def attribute_changes(fresh: DataFrame, stored: DataFrame | None, keys: DataFrame) -> DataFrame:

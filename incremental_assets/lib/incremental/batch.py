@@ -194,9 +194,7 @@ class BatchHandler:
         noted_batch = noted(table.uri, table.run_id)
         if noted_batch is None:
             not_in_this_run(context, table.name)
-        # Read as a check reads a table just written: a small batch by deltalake, handed to Spark.
-        # Spark's Delta reader would first build its snapshot of the version this run replaced,
-        # then skip files for each action on it: more than the steps' own jobs (benchmarks/comparisons.md).
+        # Read as a table just written is read (read._read says why): a small batch by deltalake.
         events = read_just_written(spark(), table.uri) if noted_batch["events"] else None
         return batch_from_note(events, noted_batch)
 

@@ -13,10 +13,11 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import functions as F
 
 from incremental_assets.lib.delta import read as read_module
+from incremental_assets.lib.delta.arrow import collect
 from incremental_assets.lib.delta.read import read_just_written, read_table
 from incremental_assets.lib.delta.spec import DELETED, Window, WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, empty, write
@@ -27,8 +28,9 @@ KEYS = ("k", "d")
 DAYS = [date(2021, 2, 1) + timedelta(days=i) for i in range(3)]
 WINDOW = Window("d", datetime(2021, 2, 2), datetime(2021, 2, 3))
 MODES = ("append", "replace", "replace_partition", "upsert", "merge_insert", "apply_changes")
-SHAPES = ("as_created", "batches", "filtered", "joined", "aggregated")
+SHAPES = ("as_created", "batches", "filtered", "joined", "aggregated", "computed")
 SCHEMA_COLUMNS = ["k", "d", "n", "s", "tags", "last", "at"]
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 EXAMPLES = 40 if os.environ.get("HYPOTHESIS_PROFILE") == "soak" else 3  # frames per mode
 
 texts = st.one_of(
@@ -88,14 +90,21 @@ def shaped(spark, generated: list[dict], shape: str, deleted: list[bool] | None 
     elif shape == "aggregated":  # one row per key and day, lists flattened, first values kept
         columns = [c for c in frame.columns if c not in KEYS]
         frame = frame.repartition(3).groupBy(*KEYS).agg(*[F.first(c).alias(c) for c in columns])
+    elif shape == "computed":  # typed non-null by how it is computed: a number, a set's elements, a struct of values
+        frame = frame.withColumns({
+            "n": F.coalesce("n", F.lit(0)),
+            "tags": F.array_compact(F.coalesce("tags", F.array().cast("array<string>"))),
+            "last": F.struct(F.coalesce("last.at", F.lit(EPOCH)).alias("at"), F.coalesce("last.value", F.lit("")).alias("value")),
+        })
     return frame.select(*[c for c in (*SCHEMA_COLUMNS, DELETED) if c in frame.columns])
 
 
 def table_state(spark, uri: str):
-    """What a reader sees: columns and types, partition columns, and the rows (in a stable order)."""
+    """What a reader sees: columns and types, partition columns, and the rows (in a stable order);
+    and the schema the log records, nullability at every depth included (what a later write must fit)."""
     frame = read_table(spark, uri)
     columns = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]
-    return columns, sorted((repr(tuple(row)) for row in frame.collect()))
+    return columns, sorted((repr(tuple(row)) for row in frame.collect())), DeltaTable(uri).schema().to_json()
 
 
 FILTERS = (None, [("d", "in", [DAYS[0], DAYS[2]])], [("d", "<", DAYS[0])],
@@ -192,3 +201,71 @@ def test_an_upsert_keeps_a_null_struct_null_in_either_engine(busy_spark, tmp_pat
     *deltalake_side, committed = written_by(busy_spark, str(tmp_path), "deltalake", "upsert", [row, gained], [row, gained], "as_created")
     assert committed and deltalake_side == spark_side
     assert spark_side[0][1] == sorted(repr((k, DAYS[0], 0, None, None, None, None)) for k in ("a", "b"))
+
+
+NON_NULL = ('"nullable":false', '"containsNull":false', '"valueContainsNull":false')
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stored", [None, "rows"])
+def test_a_frame_typed_non_null_is_stored_as_spark_stores_it(busy_spark, tmp_path, monkeypatch_module, mode, stored):
+    """A frame a computation types as non-null (a number, a set's elements, a struct of values) is
+    stored by deltalake with every field nullable, as Spark's Delta writer stores any frame. Before,
+    a table deltalake created kept the frame's types (a day's attributes, say) and refused a later
+    write, through Spark's MERGE, of the same column computed another way (test below)."""
+    row = {"k": "a", "d": DAYS[1], "n": None, "s": "x", "tags": None, "last": None, "at": None}
+    before = None if stored is None else [row]
+    new = [{**row, "k": k, "n": 2, "tags": ["web", None]} for k in ("a", "b")]
+    deleted = [False, False] if mode == "apply_changes" else None
+    *spark_side, _ = written_by(busy_spark, str(tmp_path), "spark", mode, before, new, "computed", deleted)
+    *deltalake_side, committed = written_by(busy_spark, str(tmp_path), "deltalake", mode, before, new, "computed", deleted)
+    assert deltalake_side == spark_side
+    assert not any(flag in spark_side[0][2] for flag in NON_NULL), spark_side[0][2]
+    assert committed or (stored is None and mode in ("upsert", "merge_insert", "apply_changes"))  # a MERGE into no table is Spark's
+
+
+def test_a_table_deltalake_created_takes_nulls_a_later_run_computes_through_spark(busy_spark, tmp_path, monkeypatch_module):
+    """The crash found on a public Snowplow export, in general: a day's rows created the table by
+    deltalake from a frame typed non-null; a later, larger write (Spark's MERGE) of the same columns
+    computed another way, with a null element and a null field, failed: cannot cast "ARRAY<STRING>"
+    to "ARRAY<STRING>"."""
+    uri = str(tmp_path / "table")
+    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
+    write(busy_spark, shaped(busy_spark, first, "computed"), WriteRequest(uri, WriteMode.APPEND, partition_by=["d"], rows_at_most=1))
+    assert DeltaTable(uri).history(1)[0]["engineInfo"].startswith("delta-rs")
+    later = [{**first[0], "n": None, "tags": ["web", None], "last": {"at": None, "value": None}}, {**first[0], "k": "b"}]
+    write(busy_spark, shaped(busy_spark, later, "as_created"), WriteRequest(uri, WriteMode.UPSERT, KEYS, ["d"]))
+    assert sorted(tuple(row) for row in read_table(busy_spark, uri).select("k", "n", "tags", "last.value").collect()) == [
+        ("a", None, ["web", None], None), ("b", 1, ["web"], "v")]
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert", "replace_partition"])
+def test_a_table_an_earlier_release_stored_non_null_takes_its_frames_as_before(busy_spark, tmp_path, monkeypatch_module, mode):
+    """A table an earlier release's small write stored with non-null fields (its log says so) keeps
+    taking the frames it was computed from by deltalake: their types are kept for it, as deltalake
+    casts no nullable struct field into a non-null one."""
+    uri = str(tmp_path / "table")
+    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
+    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])  # as the small write created it
+    assert '"containsNull":false' in DeltaTable(uri).schema().to_json()
+    new = [{**first[0], "n": 2}, {**first[0], "k": "b"}]
+    request = WriteRequest(uri, WriteMode(mode), KEYS if mode == "upsert" else (), ["d"], WINDOW if mode == "replace_partition" else None,
+                           rows_at_most=len(new))
+    write(busy_spark, shaped(busy_spark, new, "computed"), request)
+    assert DeltaTable(uri).history(1)[0]["engineInfo"].startswith("delta-rs")
+    expected = {"append": [("a", 1), ("a", 2), ("b", 1)], "upsert": [("a", 2), ("b", 1)], "replace_partition": [("a", 2), ("b", 1)]}
+    assert sorted(tuple(row) for row in read_table(busy_spark, uri).select("k", "n").collect()) == expected[mode]
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_table_an_earlier_release_stored_non_null_takes_nullable_columns_once_refreshed(busy_spark, tmp_path, monkeypatch_module, mode):
+    """The way out that docs/operations.md names: a full refresh empties the table, and its next
+    write, by either engine, gives it nullable columns."""
+    uri = str(tmp_path / "table")
+    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
+    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])
+    empty(uri)
+    request = WriteRequest(uri, WriteMode(mode), KEYS if mode == "upsert" else (), ["d"], rows_at_most=1 if mode == "append" else None)
+    write(busy_spark, shaped(busy_spark, first, "computed"), request)
+    assert not any(flag in DeltaTable(uri).schema().to_json() for flag in NON_NULL)
+    assert [tuple(row) for row in read_table(busy_spark, uri).select("k", "n").collect()] == [("a", 1)]

@@ -46,6 +46,26 @@ def collect(df: DataFrame) -> pa.Table:
     return whole_offsets(df.toArrow())
 
 
+def nullable(rows: pa.Table) -> pa.Table:
+    """`rows` with every field nullable at any depth (a map's keys aside: Arrow's are never null),
+    as Spark's Delta writer stores any frame; no copy."""
+    schema = pa.schema([_nullable(field) for field in rows.schema], metadata=rows.schema.metadata)
+    return rows if schema.equals(rows.schema) else rows.cast(schema)
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    kind = field.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_nullable(kind.field(i)) for i in range(kind.num_fields)])
+    elif pa.types.is_map(kind):
+        kind = pa.map_(kind.key_field, _nullable(kind.item_field), kind.keys_sorted)
+    elif pa.types.is_list(kind):
+        kind = pa.list_(_nullable(kind.value_field))
+    elif pa.types.is_large_list(kind):
+        kind = pa.large_list(_nullable(kind.value_field))
+    return field.with_type(kind).with_nullable(True)
+
+
 def to_spark(spark: SparkSession, rows: pa.Table, schema: T.StructType) -> DataFrame:
     """`rows` as a Spark DataFrame of `schema`. pyspark (4.0.1) reads an Arrow table's batches up to
     the first one of no rows and silently drops the others: a table filtered in Arrow has such

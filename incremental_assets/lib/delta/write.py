@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from incremental_assets.lib.delta.arrow import collect, held, no_rows, whole_offsets
+from incremental_assets.lib.delta.arrow import collect, held, no_rows, nullable, whole_offsets
 from incremental_assets.lib.delta.log import (
     NOTE_PROPERTY, data_files, filesystem_of, rows_deleted_by, stored_schema, stored_table, table_exists,
 )
@@ -132,6 +132,10 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
     # A table that holds no row (emptied by a refresh or a plan) takes the schema of what is written
     # into it, whatever columns it had: a rebuild always has the current definitions' columns.
     emptied = stored is not None and not data_files(stored).num_rows
+
+    def in_hand() -> pa.Table:  # `df`'s rows, for deltalake
+        return _typed_for(None if emptied else stored, collect(df))
+
     if mode in (WriteMode.MERGE_INSERT, WriteMode.UPSERT):
         if not keys:
             raise DeltaWriteError(f"{mode.value} into {uri} needs key columns")
@@ -140,7 +144,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
             # value there, and a floor would match none of them. The MERGE reads the whole table.
             merge_floor = None
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS and stored is not None and not emptied:
-            return _merge_small(collect(df), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
+            return _merge_small(in_hand(), stored, uri, keys, mode is WriteMode.UPSERT, merge_floor, txn)
         duplicate = None if one_row_per_key else _duplicate_key(df, keys)
         if duplicate is not None:
             if mode is WriteMode.UPSERT:
@@ -158,7 +162,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
             df = df.where(~F.col(DELETED)).drop(DELETED)
             return save("overwrite", overwrite_schema=emptied)
         if rows_at_most is not None and rows_at_most <= SMALL_MERGE_ROWS:
-            return _apply_changes_small(collect(df), stored, uri, keys, user_metadata)
+            return _apply_changes_small(in_hand(), stored, uri, keys, user_metadata)
         return _apply_changes(spark, df, stored, uri, keys, user_metadata)
     replaced = None  # the partition window a replace_partition overwrites (None: the whole table)
     if mode is WriteMode.REPLACE_PARTITION:
@@ -172,7 +176,7 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         # snapshot update, where the rows held in Python take milliseconds. The rows a window's
         # replace deletes are counted as Spark's replaceWhere counts them.
         deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
-        return _write_small(collect(df), stored, request, appends, replaced, deleted)
+        return _write_small(in_hand(), stored, request, appends, replaced, deleted)
     if replaced is not None:
         return save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
     if appends:
@@ -339,7 +343,27 @@ def replace_with(uri: str, rows: pa.Table, partition_by: Sequence[str], properti
     """Replace the whole table at `uri` with `rows` (an ordinary asset's pandas or Arrow value) by
     deltalake, no JVM; the table takes their columns, as a Spark replace's does."""
     request = WriteRequest(uri, WriteMode.REPLACE, partition_by=partition_by, properties=properties)
-    return _write_small(whole_offsets(rows), None, request, appends=False, replaced=None)  # a whole replace reads no stored table
+    return _write_small(nullable(whole_offsets(rows)), None, request, appends=False, replaced=None)  # a whole replace reads no stored table
+
+
+def _typed_for(stored: deltalake.DeltaTable | None, rows: pa.Table) -> pa.Table:
+    """`rows` typed as Spark's Delta writer stores any frame, every field nullable: a table deltalake
+    creates or widens holds the types Spark's would, and takes a column that a later run computes
+    another way (a frame types a count, a struct of values or a set's elements as non-null; Spark's
+    MERGE casts no nullable field into a non-null one). Into a table that an earlier release's
+    small write stored with non-null fields, they keep the frame's types, as those writes did:
+    deltalake casts no nullable struct field into a non-null one (docs/operations.md)."""
+    return rows if stored is not None and _stores_non_null(stored_schema(stored)) else nullable(rows)
+
+
+def _stores_non_null(kind: T.DataType) -> bool:
+    if isinstance(kind, T.StructType):
+        return any(not field.nullable or _stores_non_null(field.dataType) for field in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return not kind.containsNull or _stores_non_null(kind.elementType)
+    if isinstance(kind, T.MapType):
+        return not kind.valueContainsNull or _stores_non_null(kind.valueType)
+    return False
 
 
 def _nothing_stored_from(table: deltalake.DeltaTable, floor: tuple[str, date] | None) -> bool:

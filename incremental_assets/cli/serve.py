@@ -26,6 +26,10 @@ from incremental_assets.lib.worker import PACKAGE, address_file, code_fingerprin
 MAX_REQUEST = 4096
 READ_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 16
+# A run launched while the worker tidies up after its last run (the run has ended: its status is
+# out, and whatever follows it may launch) waits this long for the worker, not a JVM of its own;
+# below the launcher's timeout (lib/worker.hand_over).
+TIDYING_UP_WAIT_S = 5.0
 # A run is handed over as it starts; any other status means the run is not the launcher's to give.
 ABOUT_TO_START = {DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING}
 
@@ -85,6 +89,7 @@ class Worker:
         self.settings = settings_fingerprint()
         self.runs: queue.Queue[str] = queue.Queue()
         self.busy = threading.Lock()
+        self.tidying_up = threading.Event()  # set while busy: the run has ended, the next is taken soon
         # Set: restart once the run in progress has ended. After an interrupt (a canceled run), too:
         # it can land inside a call to the JVM and leave that connection mid-answer, and the next
         # run gets a new JVM rather than a session that may answer the previous run's question.
@@ -131,10 +136,19 @@ class Worker:
             return False, f"the {' and the '.join(changed)} changed since the warm worker started (it restarts)"
         if self.stale.is_set() or self.stopping:
             return False, "the warm worker is restarting"
-        if not self.busy.acquire(blocking=False):
+        taken = self.busy.acquire(timeout=TIDYING_UP_WAIT_S) if self.tidying_up.is_set() else self.busy.acquire(blocking=False)
+        if not taken:
             return False, "the warm worker is executing another run"
+        if self.stale.is_set() or self.stopping:  # the last run ended the worker: no more are taken
+            self.busy.release()
+            return False, "the warm worker is restarting"
         self.runs.put(run_id)
         return True, ""
+
+    def free(self) -> None:
+        """The main thread is ready for the next run."""
+        self.tidying_up.clear()
+        self.busy.release()
 
     def warm(self) -> None:
         """A rehearsal before the first run: the pipeline over a small sample stream in a scratch
@@ -196,7 +210,7 @@ class Worker:
                 try:
                     self.execute(run_id)
                 finally:
-                    self.busy.release()
+                    self.free()
                 if self.stopping:  # a SIGTERM the run took as its own interrupt, and ended
                     raise KeyboardInterrupt
         finally:
@@ -232,6 +246,7 @@ class Worker:
             finally:
                 with self.executing_lock:  # past this, no interrupt is sent: one sent before lands above
                     self.executing = None
+                self.tidying_up.set()
         except Exception as error:  # noqa: BLE001 - core_execute_run reported it to the instance; the worker goes on
             self.report(f"run {run_id}: {type(error).__name__}: {error}")
         except BaseException as interrupt:  # noqa: BLE001 - canceled: the run has ended, not the worker

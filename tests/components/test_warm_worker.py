@@ -70,8 +70,28 @@ def test_the_worker_takes_one_run_at_a_time(worker, home):
     assert taken["pid"] == os.getpid() and why_not == ""
     assert worker.runs.get_nowait() == "run-1"
     assert hand_over("run-2", home) == (None, "the warm worker is executing another run")
-    worker.busy.release()  # what the main thread does when run-1 has ended
+    worker.free()  # what the main thread does when run-1 has ended
     assert hand_over("run-3", home)[0] is not None
+
+
+def test_a_run_launched_while_the_worker_tidies_up_after_the_last_waits_for_it(worker, home):
+    """Finding (the bench's launched pairs): a daily run launched as soon as the hourly run had
+    ended found the worker busy with the run's last lines, and paid for a JVM of its own (30 s)."""
+    assert hand_over("run-1", home)[0] is not None and worker.runs.get_nowait() == "run-1"
+    worker.tidying_up.set()  # run-1 has ended (its status is out); the main thread tidies up
+    threading.Timer(0.5, worker.free).start()
+    started = time.monotonic()
+    taken, why_not = hand_over("run-2", home)
+    assert taken is not None and why_not == "" and worker.runs.get_nowait() == "run-2"
+    assert 0.4 < time.monotonic() - started < 5
+
+
+def test_a_run_launched_while_the_worker_tidies_up_to_restart_gets_a_process_of_its_own(worker, home):
+    assert hand_over("run-1", home)[0] is not None and worker.runs.get_nowait() == "run-1"
+    worker.tidying_up.set()  # run-1 has ended; it was canceled, so the worker will restart with a new Spark session
+    threading.Timer(0.5, lambda: (worker.stale.set(), worker.free())).start()
+    assert hand_over("run-2", home) == (None, "the warm worker is restarting")
+    assert worker.runs.empty() and not worker.busy.locked()  # no run queued for a worker that takes no more
 
 
 def test_after_an_edit_the_worker_takes_no_run_and_restarts(worker, home, tmp_path):

@@ -269,3 +269,13 @@ def test_a_table_an_earlier_release_stored_non_null_takes_nullable_columns_once_
     write(busy_spark, shaped(busy_spark, first, "computed"), request)
     assert not any(flag in DeltaTable(uri).schema().to_json() for flag in NON_NULL)
     assert [tuple(row) for row in read_table(busy_spark, uri).select("k", "n").collect()] == [("a", 1)]
+
+
+def test_a_window_replaced_by_no_row_reports_the_rows_it_deleted_in_either_engine(busy_spark, tmp_path, monkeypatch_module):
+    """Found by make soak's search: Delta counts the rows a replaceWhere deletes only when it writes
+    some, so Spark's side reported 0 rows deleted for a day replaced by none; deltalake's, 2."""
+    stored = [{"k": k, "d": day, "n": 0, "s": None, "tags": None, "last": None, "at": None} for k in ("a", "b") for day in DAYS]
+    *spark_side, _ = written_by(busy_spark, str(tmp_path), "spark", "replace_partition", stored, [], "as_created")
+    *deltalake_side, committed = written_by(busy_spark, str(tmp_path), "deltalake", "replace_partition", stored, [], "as_created")
+    assert committed and deltalake_side == spark_side
+    assert spark_side[1] == (0, 0, 2) and len(spark_side[0][1]) == 4  # the window's day emptied, the others kept

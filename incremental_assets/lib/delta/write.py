@@ -171,14 +171,22 @@ def write(spark: SparkSession, df: DataFrame, request: WriteRequest) -> WriteRes
         kind = partition_kind(df, window.column, uri)
         replaced = None if stored is None or emptied else (window, kind)  # no stored row: the rows are the table
     appends = mode is WriteMode.APPEND and not emptied
+
+    def replaced_rows() -> int:  # the stored rows in the window a replace overwrites
+        return sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
+
     if held(rows_at_most, len(df.columns)):
         # Collected and committed by deltalake: Spark's Delta write costs a job, a commit and a
         # snapshot update, where the rows held in Python take milliseconds. The rows a window's
         # replace deletes are counted as Spark's replaceWhere counts them.
-        deleted = 0 if replaced is None else sum(count_by(lambda: spark, uri, window.column, window, table=stored).values())
-        return _write_small(in_hand(), stored, request, appends, replaced, deleted)
+        return _write_small(in_hand(), stored, request, appends, replaced, 0 if replaced is None else replaced_rows())
     if replaced is not None:
-        return save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
+        result = save("overwrite", replace_where=replaced[0].predicate(replaced[1]), merge_schema=True)  # columns a definition adds
+        if result.metrics.get("numRemovedFiles") and "numDeletedRows" not in result.metrics:
+            # Delta counts the rows a replace deletes only when it writes some: a window replaced
+            # by no row deleted every row it held.
+            result.metrics["numDeletedRows"] = replaced_rows()
+        return result
     if appends:
         return save("append")
     return save("overwrite", overwrite_schema=True)

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from incremental_assets.lib.delta import read as read_module
 from incremental_assets.lib.delta.arrow import collect
 from incremental_assets.lib.delta.read import read_just_written, read_table
-from incremental_assets.lib.delta.spec import DELETED, Window, WriteMode
+from incremental_assets.lib.delta.spec import DELETED, DeltaWriteError, Window, WriteMode
 from incremental_assets.lib.delta.write import WriteRequest, empty, write
 from incremental_assets.lib.environment import WRITE_ENGINE_ENV
 
@@ -279,3 +279,18 @@ def test_a_window_replaced_by_no_row_reports_the_rows_it_deleted_in_either_engin
     *deltalake_side, committed = written_by(busy_spark, str(tmp_path), "deltalake", "replace_partition", stored, [], "as_created")
     assert committed and deltalake_side == spark_side
     assert spark_side[1] == (0, 0, 2) and len(spark_side[0][1]) == 4  # the window's day emptied, the others kept
+
+
+@pytest.mark.parametrize("mode", ["upsert", "apply_changes"])
+def test_spark_merge_of_nulls_into_an_earlier_release_non_null_list_is_refused_by_name(busy_spark, tmp_path, monkeypatch_module, mode):
+    """What is left of the crash for a table an earlier release stored with non-null elements: Spark's
+    MERGE cannot take a list whose elements may be null. Refused before anything is written, naming
+    the column and the way out, not by Spark's `cannot cast "ARRAY<STRING>" to "ARRAY<STRING>"`."""
+    uri = str(tmp_path / "table")
+    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
+    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])  # as the small write created it
+    later = [{**first[0], "tags": ["web", None]}]
+    frame = shaped(busy_spark, later, "as_created", [False] if mode == "apply_changes" else None)
+    with pytest.raises(DeltaWriteError, match=r"Cannot merge into .*table: tags.element may hold a null in these rows.*full refresh"):
+        write(busy_spark, frame, WriteRequest(uri, WriteMode(mode), KEYS, ["d"]))
+    assert DeltaTable(uri).version() == 0

@@ -469,6 +469,7 @@ def _merge(
     floor: tuple[str, date] | None,
     txn: Txn | None,
 ) -> WriteResult:
+    _require_castable(df, table, uri)
     target = path_identifier(uri)
     condition = _on_keys(target, keys)
     if floor is not None:
@@ -497,12 +498,50 @@ def _apply_changes(
 ) -> WriteResult:
     """One MERGE of change rows on `keys`: a row marked DELETED deletes its stored row, the others
     update or insert theirs (the table's columns only)."""
+    _require_castable(df, table, uri)
     target = path_identifier(uri)
     deleted = F.col(f"s.`{DELETED}`")
     values = {column: F.col(f"s.`{column}`") for column in df.columns if column != DELETED}
     merge = df.alias("s").mergeInto(target, _on_keys(target, keys)).whenMatched(deleted).delete()
     merge = merge.whenMatched().update(values).whenNotMatched(~deleted).insert(values)
     return _merged(spark, merge, table, uri, {USER_METADATA_CONF: user_metadata} if user_metadata else {})
+
+
+def _require_castable(df: DataFrame, table: deltalake.DeltaTable, uri: str) -> None:
+    """Spark's MERGE casts no nested field or list element that may hold a null into one the table
+    declares non-null (only an earlier release's small writes stored such types, see `_typed_for`):
+    refused here by name, not by Spark's `cannot cast "ARRAY<STRING>" to "ARRAY<STRING>"`."""
+    stored = {field.name: field.dataType for field in stored_schema(table).fields}
+    for field in df.schema.fields:
+        path = _looser(field.dataType, stored.get(field.name), field.name)
+        if path is not None:
+            raise DeltaWriteError(
+                f"Cannot merge into {uri}: {path} may hold a null in these rows, where the table (written by an "
+                "earlier release) declares none; a full refresh gives the table nullable columns (docs/operations.md)"
+            )
+
+
+def _looser(kind: T.DataType, stored: T.DataType | None, path: str) -> str | None:
+    """The first field, list element or map value below `path` (named as Delta names it: `a.b`,
+    `a.element`, `a.value`) that `kind` lets be null and `stored` does not."""
+    if isinstance(kind, T.StructType) and isinstance(stored, T.StructType):
+        fields = {field.name: field for field in stored.fields}
+        for field in kind.fields:
+            kept = fields.get(field.name)
+            if kept is not None and field.nullable and not kept.nullable:
+                return f"{path}.{field.name}"
+            found = _looser(field.dataType, kept.dataType if kept else None, f"{path}.{field.name}")
+            if found is not None:
+                return found
+    if isinstance(kind, T.ArrayType) and isinstance(stored, T.ArrayType):
+        if kind.containsNull and not stored.containsNull:
+            return f"{path}.element"
+        return _looser(kind.elementType, stored.elementType, f"{path}.element")
+    if isinstance(kind, T.MapType) and isinstance(stored, T.MapType):
+        if kind.valueContainsNull and not stored.valueContainsNull:
+            return f"{path}.value"
+        return _looser(kind.valueType, stored.valueType, f"{path}.value")
+    return None
 
 
 def _on_keys(target: str, keys: Sequence[str], derived: Mapping[str, Column] | None = None) -> Column:

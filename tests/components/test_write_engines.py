@@ -204,6 +204,12 @@ def test_an_upsert_keeps_a_null_struct_null_in_either_engine(busy_spark, tmp_pat
 
 
 NON_NULL = ('"nullable":false', '"containsNull":false', '"valueContainsNull":false')
+DAY_ROW = {"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}
+
+
+def stored_as_an_earlier_release(spark, uri: str, rows: list[dict]) -> None:
+    """The table an earlier release's small write created from a frame typed non-null: its Arrow as it came."""
+    write_deltalake(uri, collect(shaped(spark, rows, "computed")), partition_by=["d"])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -230,7 +236,7 @@ def test_a_table_deltalake_created_takes_nulls_a_later_run_computes_through_spar
     computed another way, with a null element and a null field, failed: cannot cast "ARRAY<STRING>"
     to "ARRAY<STRING>"."""
     uri = str(tmp_path / "table")
-    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
+    first = [DAY_ROW]
     write(busy_spark, shaped(busy_spark, first, "computed"), WriteRequest(uri, WriteMode.APPEND, partition_by=["d"], rows_at_most=1))
     assert DeltaTable(uri).history(1)[0]["engineInfo"].startswith("delta-rs")
     later = [{**first[0], "n": None, "tags": ["web", None], "last": {"at": None, "value": None}}, {**first[0], "k": "b"}]
@@ -245,8 +251,8 @@ def test_a_table_an_earlier_release_stored_non_null_takes_its_frames_as_before(b
     taking the frames it was computed from by deltalake: their types are kept for it, as deltalake
     casts no nullable struct field into a non-null one."""
     uri = str(tmp_path / "table")
-    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
-    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])  # as the small write created it
+    first = [DAY_ROW]
+    stored_as_an_earlier_release(busy_spark, uri, first)
     assert '"containsNull":false' in DeltaTable(uri).schema().to_json()
     new = [{**first[0], "n": 2}, {**first[0], "k": "b"}]
     request = WriteRequest(uri, WriteMode(mode), KEYS if mode == "upsert" else (), ["d"], WINDOW if mode == "replace_partition" else None,
@@ -262,8 +268,8 @@ def test_a_table_an_earlier_release_stored_non_null_takes_nullable_columns_once_
     """The way out that docs/operations.md names: a full refresh empties the table, and its next
     write, by either engine, gives it nullable columns."""
     uri = str(tmp_path / "table")
-    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
-    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])
+    first = [DAY_ROW]
+    stored_as_an_earlier_release(busy_spark, uri, first)
     empty(uri)
     request = WriteRequest(uri, WriteMode(mode), KEYS if mode == "upsert" else (), ["d"], rows_at_most=1 if mode == "append" else None)
     write(busy_spark, shaped(busy_spark, first, "computed"), request)
@@ -287,8 +293,8 @@ def test_spark_merge_of_nulls_into_an_earlier_release_non_null_list_is_refused_b
     MERGE cannot take a list whose elements may be null. Refused before anything is written, naming
     the column and the way out, not by Spark's `cannot cast "ARRAY<STRING>" to "ARRAY<STRING>"`."""
     uri = str(tmp_path / "table")
-    first = [{"k": "a", "d": DAYS[1], "n": 1, "s": "x", "tags": ["web"], "last": {"at": EPOCH, "value": "v"}, "at": None}]
-    write_deltalake(uri, collect(shaped(busy_spark, first, "computed")), partition_by=["d"])  # as the small write created it
+    first = [DAY_ROW]
+    stored_as_an_earlier_release(busy_spark, uri, first)
     later = [{**first[0], "tags": ["web", None]}]
     frame = shaped(busy_spark, later, "as_created", [False] if mode == "apply_changes" else None)
     with pytest.raises(DeltaWriteError, match=r"Cannot merge into .*table: tags.element may hold a null in these rows.*full refresh"):

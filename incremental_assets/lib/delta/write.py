@@ -469,7 +469,8 @@ def _merge(
     floor: tuple[str, date] | None,
     txn: Txn | None,
 ) -> WriteResult:
-    _require_castable(df, table, uri)
+    schema = stored_schema(table)
+    _require_castable(df, schema, uri)
     target = path_identifier(uri)
     condition = _on_keys(target, keys)
     if floor is not None:
@@ -480,17 +481,17 @@ def _merge(
         merge = merge.whenMatched().updateAll()
     # As appends' mergeSchema, but only when the rows bring a column the table lacks: with schema
     # evolution on, Delta's UPDATE * writes a null struct as a struct of nulls.
-    session_conf = {SCHEMA_EVOLUTION_CONF: "true"} if _brings_columns(df, table) else {}
+    session_conf = {SCHEMA_EVOLUTION_CONF: "true"} if _brings_columns(df, schema) else {}
     if txn is not None:
         session_conf.update({TXN_CONF[0]: txn.app_id, TXN_CONF[1]: str(txn.version)})
     return _merged(spark, merge.whenNotMatched().insertAll(), table, uri, session_conf)
 
 
-def _brings_columns(df: DataFrame, table: deltalake.DeltaTable) -> bool:
+def _brings_columns(df: DataFrame, stored: T.StructType) -> bool:
     """Whether `df` holds a column, or a column of another type (a struct that gained a field),
     that the stored table does not."""
-    stored = {f.name: f.dataType.simpleString() for f in stored_schema(table).fields}
-    return any(stored.get(f.name) != f.dataType.simpleString() for f in df.schema.fields)
+    types = {f.name: f.dataType.simpleString() for f in stored.fields}
+    return any(types.get(f.name) != f.dataType.simpleString() for f in df.schema.fields)
 
 
 def _apply_changes(
@@ -498,7 +499,8 @@ def _apply_changes(
 ) -> WriteResult:
     """One MERGE of change rows on `keys`: a row marked DELETED deletes its stored row, the others
     update or insert theirs (the table's columns only)."""
-    _require_castable(df, table, uri)
+    schema = stored_schema(table)
+    _require_castable(df, schema, uri)
     target = path_identifier(uri)
     deleted = F.col(f"s.`{DELETED}`")
     values = {column: F.col(f"s.`{column}`") for column in df.columns if column != DELETED}
@@ -507,11 +509,11 @@ def _apply_changes(
     return _merged(spark, merge, table, uri, {USER_METADATA_CONF: user_metadata} if user_metadata else {})
 
 
-def _require_castable(df: DataFrame, table: deltalake.DeltaTable, uri: str) -> None:
+def _require_castable(df: DataFrame, schema: T.StructType, uri: str) -> None:
     """Spark's MERGE casts no nested field or list element that may hold a null into one the table
     declares non-null (only an earlier release's small writes stored such types, see `_typed_for`):
     refused here by name, not by Spark's `cannot cast "ARRAY<STRING>" to "ARRAY<STRING>"`."""
-    stored = {field.name: field.dataType for field in stored_schema(table).fields}
+    stored = {field.name: field.dataType for field in schema.fields}
     for field in df.schema.fields:
         path = _looser(field.dataType, stored.get(field.name), field.name)
         if path is not None:
